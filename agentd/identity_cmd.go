@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -106,7 +108,9 @@ func identityCmd(ctx context.Context, args []string, stdout, stderr io.Writer, n
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if cur, err := identity.Load(dir); (err == nil || errors.Is(err, identity.ErrNoIMSDKey)) && cur.PrivateKey.Equal(r.PrivateKey) {
+		// Done when identity.json holds the new key and the rotation's
+		// file is gone (the agent removes it right after saving the key).
+		if cur, err := identity.Load(dir); (err == nil || errors.Is(err, identity.ErrNoIMSDKey)) && cur.PrivateKey.Equal(r.PrivateKey) && rotationGone(dir) {
 			fmt.Fprintf(stdout, "Rotated: the agent's key is %s; imsd refuses the old key %s from the agent's next hello.\n", agentproto.KeyID(r.Public()), identity.KeyIDOf(id.PrivateKey))
 			return 0
 		}
@@ -120,6 +124,12 @@ func identityCmd(ctx context.Context, args []string, stdout, stderr io.Writer, n
 		case <-tick.C:
 		}
 	}
+}
+
+// rotationGone reports whether no rotation file is left in dir.
+func rotationGone(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, identity.RotationFileName))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 func identityShow(dir string, id identity.Identity, stdout, stderr io.Writer) int {

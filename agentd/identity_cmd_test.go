@@ -58,3 +58,52 @@ func TestIdentityCommand(t *testing.T) {
 		t.Fatalf("not enrolled:\n%s", out)
 	}
 }
+
+// rotate --wait returns only once the rotation is complete: identity.json
+// holds the next key AND the rotation's file is gone (the agent saves the
+// key, then removes the file; --wait used to return in between, and a
+// check right after it found identity-next.json still there).
+func TestIdentityRotateWaitsForTheWholeCommit(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := identity.NewKey()
+	imsd, _, _ := ed25519.GenerateKey(nil)
+	id := identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: "http://127.0.0.1:1", PrivateKey: key, IMSDKeys: []ed25519.PublicKey{imsd}}
+	if err := identity.Save(dir, id); err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return time.Date(2026, 11, 28, 2, 0, 0, 0, time.UTC) }
+	// An agent: once the rotation is written, it saves the next key, and
+	// removes the rotation's file a second later.
+	removed := make(chan time.Time, 1)
+	go func() {
+		for {
+			r, err := identity.PendingRotation(dir, id)
+			if err == nil && r != nil {
+				next := id
+				next.PrivateKey = r.PrivateKey
+				if err := identity.Save(dir, next); err != nil {
+					t.Error(err)
+				}
+				time.Sleep(time.Second)
+				removed <- time.Now()
+				if err := identity.DropRotation(dir); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	var out, errOut bytes.Buffer
+	if code := identityCmd(context.Background(), []string{"rotate", "--state-dir", dir, "--wait", "30s"}, &out, &errOut, now); code != 0 {
+		t.Fatalf("rotate --wait: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	select {
+	case <-removed:
+	default:
+		t.Fatalf("rotate --wait returned before the rotation's file was removed:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "Rotated:") {
+		t.Fatalf("rotate --wait:\n%s", out.String())
+	}
+}
