@@ -108,7 +108,7 @@ test-short: ## Fast tier: go test -short -race.
 
 .PHONY: test-full
 test-full: terraform-mirror kube-apiserver-ci ## Full tier: tests that start real servers (PostgreSQL, processes, terraform, kube-apiserver).
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 30m ./...
 
 # The replica tier runs inside test-full (e2e/fault, in parallel with the
 # rest); this target runs only it.
