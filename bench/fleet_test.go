@@ -61,6 +61,15 @@ import (
 // process's open-file limit is raised (imsd's with it: the children
 // inherit it).
 //
+// The agents run in BYOC_BENCH_LOADGEN_PROCS load-generator processes
+// (ceil(agents/18,000) unless set): the test binary run again as
+// TestFleetWorker, each with a slice of the agents (fleetgen_test.go).
+// One process holds one socket per agent, and a container's open-file
+// limit caps that (20,000 where this was first run). They report their
+// counters, their CPU and memory, and each job picked with its
+// wall-clock time to this process, which measures the replicas and
+// PostgreSQL and sums the load generator's figures.
+//
 // It connects every agent with at most BYOC_BENCH_CONNECT_MAX (64)
 // handshakes in flight, lets the fleet settle for a heartbeat interval,
 // measures the steady state for BYOC_BENCH_STEADY (60s): each replica's
@@ -69,7 +78,8 @@ import (
 // then enqueues BYOC_BENCH_FLEET_JOBS jobs (10,000) at 100/s to random
 // agents through the replicas in turn and prints pickup p50/p99/max.
 // It stops cleanly, failing, when MemAvailable falls under 4 GiB or the
-// benchmark's processes pass 12 GiB: run a smaller fleet then.
+// benchmark's processes (the load generator's included) pass 12 GiB:
+// run a smaller fleet then.
 func BenchmarkSimulatedFleet(b *testing.B) {
 	n := envInt("BYOC_BENCH_AGENTS", 100000)
 	replicas := envInt("BYOC_BENCH_REPLICAS", 4)
