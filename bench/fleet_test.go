@@ -105,6 +105,10 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 			dsns = append(dsns, cluster.WithApplicationName(b, dsn, fmt.Sprintf("imsd-%d", i+1)))
 		}
 		args := []string{"--log-level", "warn", "--heartbeat", hb.String()}
+		if hb >= 30*time.Second {
+			// imsd's lease (30s by default) must outlast a heartbeat.
+			args = append(args, "--lease", (2 * hb).String())
+		}
 		if v := os.Getenv("BYOC_BENCH_MAX_HELLOS"); v != "" {
 			args = append(args, "--max-hellos", v)
 		}
