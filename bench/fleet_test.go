@@ -12,8 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +61,15 @@ import (
 // process's open-file limit is raised (imsd's with it: the children
 // inherit it).
 //
+// The agents run in BYOC_BENCH_LOADGEN_PROCS load-generator processes
+// (ceil(agents/18,000) unless set): the test binary run again as
+// TestFleetWorker, each with a slice of the agents (fleetgen_test.go).
+// One process holds one socket per agent, and a container's open-file
+// limit caps that (20,000 where this was first run). They report their
+// counters, their CPU and memory, and each job picked with its
+// wall-clock time to this process, which measures the replicas and
+// PostgreSQL and sums the load generator's figures.
+//
 // It connects every agent with at most BYOC_BENCH_CONNECT_MAX (64)
 // handshakes in flight, lets the fleet settle for a heartbeat interval,
 // measures the steady state for BYOC_BENCH_STEADY (60s): each replica's
@@ -71,7 +78,8 @@ import (
 // then enqueues BYOC_BENCH_FLEET_JOBS jobs (10,000) at 100/s to random
 // agents through the replicas in turn and prints pickup p50/p99/max.
 // It stops cleanly, failing, when MemAvailable falls under 4 GiB or the
-// benchmark's processes pass 12 GiB: run a smaller fleet then.
+// benchmark's processes (the load generator's included) pass 12 GiB:
+// run a smaller fleet then.
 func BenchmarkSimulatedFleet(b *testing.B) {
 	n := envInt("BYOC_BENCH_AGENTS", 100000)
 	replicas := envInt("BYOC_BENCH_REPLICAS", 4)
@@ -80,8 +88,12 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 	jobs := envInt("BYOC_BENCH_FLEET_JOBS", 10000)
 	connectMax := envInt("BYOC_BENCH_CONNECT_MAX", 64)
 	const rate = 100
+	lgProcs := envInt("BYOC_BENCH_LOADGEN_PROCS", (n+fleetAgentsPerProc-1)/fleetAgentsPerProc)
+	lgProcs = max(1, min(lgProcs, n))
 	for range b.N {
-		raiseNofile(b, uint64(n)+500)
+		// One descriptor per agent, in each replica and in each
+		// load-generator process (which inherit the limit).
+		raiseNofile(b, uint64(max((n+replicas-1)/replicas, (n+lgProcs-1)/lgProcs))+500)
 		guard := watchMemory(b)
 		dsn := pgtest.Start(b)
 		t0 := time.Now()
@@ -93,13 +105,19 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 			dsns = append(dsns, cluster.WithApplicationName(b, dsn, fmt.Sprintf("imsd-%d", i+1)))
 		}
 		args := []string{"--log-level", "warn", "--heartbeat", hb.String()}
+		if hb >= 30*time.Second {
+			// imsd's lease (30s by default) must outlast a heartbeat.
+			args = append(args, "--lease", (2 * hb).String())
+		}
 		if v := os.Getenv("BYOC_BENCH_MAX_HELLOS"); v != "" {
 			args = append(args, "--max-hellos", v)
 		}
 		ps := cluster.StartReplicas(b, dsns, func(int) io.Writer { return os.Stderr }, args...)
 		procs := make([]*imsProc, len(ps))
+		urls := make([]string, len(ps))
 		for i, p := range ps {
 			procs[i] = &imsProc{IMSProcess: p, url: p.URL()}
+			urls[i] = p.URL()
 		}
 		guard.procs = procs
 		rss0 := make([]int64, len(procs))
@@ -107,89 +125,43 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 		for i, p := range procs {
 			rss0[i], heap0[i] = p.rss(b), fleetMetric(p, "go_memstats_heap_inuse_bytes")
 		}
-		var genMem0 runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&genMem0)
-		genRSS0 := selfRSS()
 
-		f := &simFleet{hb: hb}
-		f.picked = func(string, time.Time) {}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		b.Cleanup(func() {
-			cancel()
-			wg.Wait()
-			for _, a := range f.agents {
-				a.tr.CloseIdleConnections()
-			}
-		})
-		f.agents = make([]*simAgent, n)
-		clients := make([]agentv1connect.AgentServiceClient, len(procs))
-		for i, p := range procs {
-			clients[i] = replicaClient(p.url)
-		}
-		for i, s := range seeds {
-			f.agents[i] = newSimAgent(s, clients[i%len(procs)], i)
-		}
-		seeds = nil
-		wg.Add(1)
-		go func() { defer wg.Done(); f.heartbeats(ctx) }()
-
-		// Connect: at most connectMax handshakes in flight.
+		// Connect: the load-generator processes start their agents, at
+		// most connectMax handshakes in flight among them.
 		start := time.Now()
-		slots := make(chan struct{}, connectMax)
-		ready := make(chan error, n)
-		stop := make(chan struct{})
-		var launched int
-		go func() {
-			defer close(stop)
-			for _, a := range f.agents {
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				if guard.tripped() != "" {
-					return
-				}
-				launched++
-				wg.Add(1)
-				go func() { defer wg.Done(); a.run(ctx, f, ready) }()
-			}
-		}()
+		lg := startLoadGen(b, lgProcs, seeds, urls, hb, connectMax)
+		guard.lg.Store(lg)
+		seeds = nil
 		progress := time.NewTicker(10 * time.Second)
-		var connected, failedHellos int
-		for connected+failedHellos < n {
+		poll := time.NewTicker(100 * time.Millisecond)
+		var connected, failedHellos int64
+		for connected+failedHellos < int64(n) {
 			select {
-			case err := <-ready:
-				<-slots
-				if err != nil {
-					failedHellos++
-					if failedHellos <= 3 {
-						fmt.Printf("hello failed: %v\n", err)
-					}
-					continue
+			case <-poll.C:
+				t := total(lg.snapshot())
+				connected, failedHellos = t.Connected, t.Failed
+				if why := guard.tripped(); why != "" {
+					b.Fatalf("stopped at %d of %d agents connected: %s; run a smaller BYOC_BENCH_AGENTS", connected, n, why)
 				}
-				connected++
+				if why := lg.dead(); why != "" {
+					b.Fatalf("stopped at %d of %d agents connected: %s", connected, n, why)
+				}
 			case <-progress.C:
 				fmt.Printf("  connecting: %d of %d after %s (%.0f/s); replicas RSS %d MiB, load generator RSS %d MiB, MemAvailable %d MiB [load %s]\n",
 					connected, n, time.Since(start).Round(time.Second), float64(connected)/time.Since(start).Seconds(),
-					guard.replicasRSS()>>20, selfRSS()>>20, memAvailable()>>20, loadAverage())
-			case <-stop:
-				if why := guard.tripped(); why != "" {
-					progress.Stop()
-					b.Fatalf("stopped at %d of %d agents connected: %s; run a smaller BYOC_BENCH_AGENTS", connected, n, why)
-				}
-				stop = nil
+					guard.replicasRSS()>>20, lg.rss()>>20, memAvailable()>>20, loadAverage())
 			}
 		}
 		progress.Stop()
+		poll.Stop()
 		connectTime := time.Since(start)
 		if failedHellos > 0 {
 			b.Fatalf("%d of %d agents failed their hello", failedHellos, n)
 		}
-		fmt.Printf("%d agents connected to %d replicas in %s (%.0f hellos/s, %d handshakes in flight at most); drops so far %d [load %s] [%s]\n",
-			n, len(procs), connectTime.Round(time.Millisecond), float64(n)/connectTime.Seconds(), connectMax, f.dropped.Load(), loadAverage(), machine())
+		genBase := total(lg.baseline())
+		fmt.Printf("%d agents connected to %d replicas from %d load-generator processes in %s (%.0f hellos/s, %d handshakes in flight at most); drops so far %d [load %s] [%s]\n",
+			n, len(procs), lgProcs, connectTime.Round(time.Millisecond), float64(n)/connectTime.Seconds(), max(1, connectMax/lgProcs)*lgProcs,
+			total(lg.snapshot()).Dropped, loadAverage(), machine())
 
 		// Steady state: settle one heartbeat interval, then measure.
 		settle := time.After(hb + 5*time.Second)
@@ -201,6 +173,9 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 				if why := guard.tripped(); why != "" {
 					b.Fatalf("stopped while settling: %s", why)
 				}
+				if why := lg.dead(); why != "" {
+					b.Fatalf("stopped while settling: %s", why)
+				}
 			}
 		}
 		cpu0 := make([]time.Duration, len(procs))
@@ -208,9 +183,9 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 			cpu0[i] = p.cpu(b)
 		}
 		pg := pgtest.WatchBackends(dsn)
-		hb0, gen0, w0 := f.heartbeatsSent.Load(), selfCPU(), time.Now()
+		gen0, w0 := lg.snapshot(), time.Now()
 		for end := time.Now().Add(steady); time.Now().Before(end); {
-			if why := guard.tripped(); why != "" {
+			if why := guard.tripped() + lg.dead(); why != "" {
 				pg.Stop()
 				b.Fatalf("stopped in the steady state: %s", why)
 			}
@@ -218,8 +193,9 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 		}
 		window := time.Since(w0)
 		pgCPU := pg.Stop()
-		hbs := float64(f.heartbeatsSent.Load()-hb0) / window.Seconds()
-		genCPU := selfCPU() - gen0
+		gen1 := lg.snapshot()
+		hbs := heartbeatRate(gen0, gen1)
+		genCPU := total(gen1).CPU - total(gen0).CPU
 		var totalCPU time.Duration
 		var totalRSS int64
 		perReplica := make([]string, len(procs))
@@ -235,18 +211,10 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 				i+1, agents, rss>>20, float64(rss-rss0[i])/1024/float64(agents), heap/(1<<20), (heap-heap0[i])/1024/float64(agents), stream/(1<<20),
 				100*c.Seconds()/window.Seconds())
 		}
-		// The load generator's live memory: collect first, and write its
-		// heap profile when BYOC_BENCH_HEAPPROFILE names a file.
-		runtime.GC()
-		var genMem runtime.MemStats
-		runtime.ReadMemStats(&genMem)
-		if path := os.Getenv("BYOC_BENCH_HEAPPROFILE"); path != "" {
-			if hf, err := os.Create(path); err == nil {
-				pprof.WriteHeapProfile(hf)
-				hf.Close()
-			}
-		}
-		genRSS := selfRSS()
+		// The load generator's live memory: its processes collect first
+		// (and write their heap profiles when BYOC_BENCH_HEAPPROFILE
+		// names a file: one per process, .1, .2, ...).
+		gen := total(lg.gc(b))
 		conns := pgConnections(b, dsn)
 		fmt.Printf("steady state over %s, %d agents on %d replicas, heartbeat %s:\n", window.Round(time.Second), n, len(procs), hb)
 		for _, s := range perReplica {
@@ -255,11 +223,11 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 		fmt.Printf("  replicas together: RSS %d MiB (%.1f KiB/agent over their start), CPU %.0f %% of a core; heartbeats %.0f/s sent (%.1f µs of replica CPU each, all idle work included)\n",
 			totalRSS>>20, float64(totalRSS-sum(rss0))/1024/float64(n), 100*totalCPU.Seconds()/window.Seconds(), hbs, float64(totalCPU.Microseconds())/(hbs*window.Seconds()))
 		fmt.Printf("  PostgreSQL: %s; backends' CPU %.0f %% of a core\n", conns, 100*pgCPU.Seconds()/window.Seconds())
-		fmt.Printf("  load generator: RSS %d MiB (%.1f KiB/agent), Go heap in use %d MiB, stacks %d MiB, %d goroutines (%.1f/agent), CPU %.0f %% of a core\n",
-			genRSS>>20, float64(genRSS-genRSS0)/1024/float64(n), genMem.HeapInuse>>20, genMem.StackInuse>>20, runtime.NumGoroutine(), float64(runtime.NumGoroutine())/float64(n),
+		fmt.Printf("  load generator, %d processes: RSS %d MiB (%.1f KiB/agent), Go heap in use %d MiB, stacks %d MiB, %d goroutines (%.1f/agent), CPU %.0f %% of a core\n",
+			lgProcs, gen.RSS>>20, float64(gen.RSS-genBase.RSS)/1024/float64(n), gen.HeapInuse>>20, gen.StackInuse>>20, gen.Goroutines, float64(gen.Goroutines)/float64(n),
 			100*genCPU.Seconds()/window.Seconds())
 		fmt.Printf("  streams dropped so far %d, reconnected %d; the load generator's heartbeats late by up to %s, %d skipped (the previous one still being sent); MemAvailable %d MiB [load %s]\n",
-			f.dropped.Load(), f.reconnected.Load(), time.Duration(f.hbLate.Load()).Round(time.Millisecond), f.hbSkipped.Load(), memAvailable()>>20, loadAverage())
+			gen.Dropped, gen.Reconnected, gen.Late.Round(time.Millisecond), gen.Skipped, memAvailable()>>20, loadAverage())
 		b.ReportMetric(float64(totalRSS-sum(rss0))/1024/float64(n), "replica-KiB/agent")
 		b.ReportMetric(connectTime.Seconds(), "s-to-connect")
 		b.ReportMetric(hbs, "heartbeats/s")
@@ -274,7 +242,7 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 		early := map[string]time.Time{}
 		var lat []time.Duration
 		done := make(chan struct{}, jobs)
-		f.setPicked(func(id string, at time.Time) {
+		lg.setPicked(func(id string, at time.Time) {
 			mu.Lock()
 			defer mu.Unlock()
 			if t0, ok := sent[id]; ok {
@@ -291,7 +259,7 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 			cpu0[i] = p.cpu(b)
 		}
 		pg = pgtest.WatchBackends(dsn)
-		hb0, w0 = f.heartbeatsSent.Load(), time.Now()
+		gen0, w0 = lg.snapshot(), time.Now()
 		tick := time.NewTicker(time.Second / rate)
 		// The enqueue calls are one at a time: on a saturated machine
 		// they fall behind the ticker, and the rate reached is printed.
@@ -316,7 +284,7 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 			}
 			mu.Unlock()
 			if i%1000 == 999 {
-				if why := guard.tripped(); why != "" {
+				if why := guard.tripped() + lg.dead(); why != "" {
 					tick.Stop()
 					b.Fatalf("stopped in the job stream: %s", why)
 				}
@@ -340,6 +308,8 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 		}
 		window = time.Since(w0)
 		pgCPU = pg.Stop()
+		gen1 = lg.snapshot()
+		gen = total(gen1)
 		totalCPU = 0
 		for i, p := range procs {
 			totalCPU += p.cpu(b) - cpu0[i]
@@ -356,11 +326,11 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 		fmt.Printf("jobs: %d of %d picked up, asked at %d/s to random agents of %d, enqueued through the %d replicas in turn: pickup p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, max %.1f ms; "+
 			"replicas' CPU %.0f %% of a core, PostgreSQL's %.0f %% (heartbeats %.0f/s meanwhile, late by up to %s); streams dropped %d, reconnected %d [load %s]\n",
 			len(lat), jobs, rate, n, len(procs), q(0.5), q(0.99), q(0.999), q(1), 100*totalCPU.Seconds()/window.Seconds(), 100*pgCPU.Seconds()/window.Seconds(),
-			float64(f.heartbeatsSent.Load()-hb0)/window.Seconds(), time.Duration(f.hbLate.Load()).Round(time.Millisecond), f.dropped.Load(), f.reconnected.Load(), loadAverage())
+			heartbeatRate(gen0, gen1), gen.Late.Round(time.Millisecond), gen.Dropped, gen.Reconnected, loadAverage())
 		b.ReportMetric(q(0.5), "pickup-p50-ms")
 		b.ReportMetric(q(0.99), "pickup-p99-ms")
 		mu.Unlock()
-		if d := f.dropped.Load(); d > 0 {
+		if d := gen.Dropped; d > 0 {
 			b.Errorf("%d streams dropped while the fleet was connected", d)
 		}
 	}
@@ -444,12 +414,6 @@ type simFleet struct {
 	// hbSkipped counts heartbeats not sent because the agent's previous
 	// one was still being sent.
 	hbSkipped atomic.Int64
-}
-
-func (f *simFleet) setPicked(fn func(string, time.Time)) {
-	f.pickedMu.Lock()
-	f.picked = fn
-	f.pickedMu.Unlock()
 }
 
 // heartbeats sends every connected agent a heartbeat once per f.hb,
@@ -651,6 +615,7 @@ func (a *simAgent) hold(ctx context.Context, f *simFleet, st *agentchannel.Agent
 // processes' memory, once a second.
 type memGuard struct {
 	procs []*imsProc
+	lg    atomic.Pointer[loadGen]
 	why   atomic.Value
 }
 
@@ -677,7 +642,11 @@ func watchMemory(b *testing.B) *memGuard {
 			if avail := memAvailable(); avail > 0 && avail < memFloor {
 				g.why.CompareAndSwap(nil, fmt.Sprintf("MemAvailable %d MiB, under %d MiB", avail>>20, memFloor>>20))
 			}
-			if used := selfRSS() + g.replicasRSS(); used > memCeiling {
+			used := selfRSS() + g.replicasRSS()
+			if lg := g.lg.Load(); lg != nil {
+				used += lg.rss()
+			}
+			if used > memCeiling {
 				g.why.CompareAndSwap(nil, fmt.Sprintf("the load generator and the replicas hold %d MiB, over %d MiB", used>>20, memCeiling>>20))
 			}
 		}
