@@ -1,7 +1,6 @@
 package cosignlayout_test
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
@@ -9,11 +8,9 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -22,34 +19,12 @@ import (
 	"github.com/byoc-dev/byoc/internal/attest"
 	"github.com/byoc-dev/byoc/internal/attest/keylesstest"
 	"github.com/byoc-dev/byoc/internal/cosignlayout"
+	"github.com/byoc-dev/byoc/internal/cosignlayout/cosigntest"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/internal/ocisign/ocikeyless"
 )
-
-// CosignVersion is the cosign CLI the compatibility test runs: built
-// from the Go module proxy by .ci/run from tools/cosign (its own
-// module, pinned there) into .cache/cosign/cosign-<version>.
-const CosignVersion = "v2.5.0"
-
-// cosignBinary finds the cosign CLI: $BYOC_COSIGN, else .ci/run's build.
-// It skips the test without one, except under CI=true, where it fails.
-func cosignBinary(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("BYOC_COSIGN")
-	if bin == "" {
-		bin, _ = filepath.Abs(filepath.Join("..", "..", ".cache", "cosign", "cosign-"+CosignVersion))
-	}
-	if _, err := os.Stat(bin); err != nil {
-		const how = "(cd tools/cosign && go build -o ../../.cache/cosign/cosign-" + CosignVersion + " github.com/sigstore/cosign/v2/cmd/cosign); .ci/run does"
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("cosign CLI missing at %s: %s", bin, how)
-		}
-		t.Skipf("cosign CLI missing at %s: %s", bin, how)
-	}
-	return bin
-}
 
 // The real cosign CLI (sigstore/cosign, not byoc's code) verifies what
 // the build agent signs: an image signed (ocisign.Sign) and attested
@@ -65,23 +40,12 @@ func TestCosignCLIVerifies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts registries and runs the cosign CLI")
 	}
-	cosign := cosignBinary(t)
+	cosign := cosigntest.Binary(t)
 	ctx := t.Context()
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	otherPub, _, _ := ed25519.GenerateKey(rand.Reader)
 	dir := t.TempDir()
-	keyFile := func(name string, k ed25519.PublicKey) string {
-		der, err := x509.MarshalPKIXPublicKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	vendorKey, otherKey := keyFile("vendor.pub", pub), keyFile("other.pub", otherPub)
+	vendorKey, otherKey := cosigntest.PublicKeyPEM(t, dir, "vendor.pub", pub), cosigntest.PublicKeyPEM(t, dir, "other.pub", otherPub)
 
 	vendorReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
 	installReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
@@ -90,21 +54,7 @@ func TestCosignCLIVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vendor.Close()
-	md, err := ocitest.Image(ctx, vendor, ocitest.ImageSpec{Seed: 11, Layers: []int64{256}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	md.Platform = nil
-	if _, err := ocisign.Sign(ctx, vendor, md, ocisign.ArtifactType, "", key); err != nil {
-		t.Fatal(err)
-	}
-	st, err := attest.NewStatement("acme/web", md.Digest, attest.SLSAProvenanceV1, map[string]any{"buildDefinition": map[string]any{"buildType": attest.BuildType}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := attest.Attach(ctx, vendor, md, st, key); err != nil {
-		t.Fatal(err)
-	}
+	md := cosigntest.SignedImage(t, ctx, vendor, 11, 256, key)
 	install, err := ocicopy.Open(ctx, ocicopy.Registry{Host: installReg.Host, PlainHTTP: true}, "install/acme/web", ocicopy.Credentials{})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +64,7 @@ func TestCosignCLIVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	run := cosignRunner(ctx, cosign, dir)
+	run := cosigntest.Runner(ctx, cosign, dir)
 	flags := []string{"--insecure-ignore-tlog=true", "--allow-http-registry=true", "--allow-insecure-registry=true"}
 	// cosign's bundle path: the Sigstore bundles attest.Attach attaches
 	// as OCI 1.1 referrers (found through the referrers tag sha256-<hex>)
@@ -150,19 +100,6 @@ func TestCosignCLIVerifies(t *testing.T) {
 	}
 }
 
-// cosignRunner runs the cosign CLI with no sigstore public-good state: a
-// private TUF root and home in dir.
-func cosignRunner(ctx context.Context, cosign, dir string) func(args ...string) (string, error) {
-	return func(args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, cosign, args...)
-		cmd.Env = append(os.Environ(), "HOME="+dir, "TUF_ROOT="+filepath.Join(dir, "tuf"), "SIGSTORE_NO_CACHE=1")
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-}
-
 // The real cosign CLI verifies the build agent's keyless signature of an
 // artifact (ocikeyless.Sign: a fake Fulcio-compatible CA's certificate
 // for the build agent's workload identity, a fake TSA's RFC 3161
@@ -176,7 +113,7 @@ func TestCosignCLIVerifiesKeyless(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts registries and runs the cosign CLI")
 	}
-	cosign := cosignBinary(t)
+	cosign := cosigntest.Binary(t)
 	ctx := t.Context()
 	dir := t.TempDir()
 	e := keylesstest.New(t, 0)
@@ -234,7 +171,7 @@ func TestCosignCLIVerifiesKeyless(t *testing.T) {
 	otherTSAServer, otherTSALeaf := keylesstest.FakeTSA(t, otherTSACA)
 	otherTSAServer.Close()
 	tsaChain, otherTSA := pemFile("tsa.pem", e.TSALeaf, e.TSACA.Cert), pemFile("other-tsa.pem", otherTSALeaf, otherTSACA.Cert)
-	run := cosignRunner(ctx, cosign, dir)
+	run := cosigntest.Runner(ctx, cosign, dir)
 	flags := func(roots, tsa, identity, issuer string) []string {
 		return []string{"verify", "--ca-roots", roots, "--timestamp-certificate-chain", tsa, "--use-signed-timestamps",
 			"--certificate-identity-regexp", identity, "--certificate-oidc-issuer", issuer,
@@ -306,14 +243,14 @@ func attestsProvenance(out, hex string) bool {
 	return false
 }
 
-// CosignVersion is the version tools/cosign/go.mod pins (which .ci/run
+// cosigntest.Version is the version tools/cosign/go.mod pins (which .ci/run
 // builds).
 func TestCosignVersionPinned(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "tools", "cosign", "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "github.com/sigstore/cosign/v2 "+CosignVersion+" ") {
-		t.Fatalf("tools/cosign/go.mod does not pin github.com/sigstore/cosign/v2 %s (CosignVersion)", CosignVersion)
+	if !strings.Contains(string(b), "github.com/sigstore/cosign/v2 "+cosigntest.Version+" ") {
+		t.Fatalf("tools/cosign/go.mod does not pin github.com/sigstore/cosign/v2 %s (cosigntest.Version)", cosigntest.Version)
 	}
 }
