@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -429,7 +430,21 @@ func TestTamperProbes(t *testing.T) {
 		})
 		defer px.setDown(nil)
 		runsOnce(t, "reordered")
-		id := <-hit
+		// The target is the first agent the proxy sends a message to
+		// after this point; the job may have run on the other one (an
+		// idle agent is sent nothing), so more jobs are run until the
+		// target has had its three messages.
+		id := ""
+		for i := 0; id == ""; i++ {
+			select {
+			case id = <-hit:
+			case <-time.After(3 * time.Second):
+				if i == 8 {
+					t.Fatal("the proxy never held a message of the target agent after nine jobs")
+				}
+				runsOnce(t, fmt.Sprintf("reordered-%d", i))
+			}
+		}
 		wantRefusal(t, id, before[id], notOpen)
 	})
 	t.Run("replayed welcome", func(t *testing.T) {
