@@ -55,6 +55,44 @@ type directReader struct {
 	buf    []byte // aligned
 	bufOff int64  // file offset of buf[0]
 	bufN   int    // valid bytes in buf
+
+	// next is the block after buf, being read while buf is consumed: a
+	// direct read bypasses the kernel's read-ahead, so without it each
+	// stream would wait for the disk once a block, with nothing of its
+	// own to do meanwhile (docs/performance-bundles.md).
+	next *readAhead
+}
+
+// readAhead is one block read in the background.
+type readAhead struct {
+	raw  *[]byte
+	buf  []byte
+	off  int64
+	n    int
+	err  error
+	done chan struct{}
+}
+
+// startReadAhead reads the block at off into a pooled buffer, in the
+// background.
+func startReadAhead(f *os.File, off int64) *readAhead {
+	ra := &readAhead{raw: directBufs.Get().(*[]byte), off: off, done: make(chan struct{})}
+	ra.buf = alignedBlock(ra.raw)
+	go func() {
+		defer close(ra.done)
+		ra.n, ra.err = directPread(f, ra.buf, off)
+	}()
+	return ra
+}
+
+// dropNext waits for the block being read ahead, if any, and returns its
+// buffer to the pool.
+func (d *directReader) dropNext() {
+	if d.next != nil {
+		<-d.next.done
+		directBufs.Put(d.next.raw)
+		d.next = nil
+	}
 }
 
 func (d *directReader) Read(p []byte) (int, error) {
@@ -79,13 +117,27 @@ func (d *directReader) Read(p []byte) (int, error) {
 		return n, err
 	}
 	if d.pos < d.bufOff || d.pos >= d.bufOff+int64(d.bufN) {
-		if d.buf == nil {
-			d.raw = directBufs.Get().(*[]byte)
-			d.buf = alignedBlock(d.raw)
-		}
 		aligned := d.pos &^ (directAlign - 1)
-		n, err := directPread(d.f, d.buf, aligned)
+		var n int
+		var err error
+		if ra := d.next; ra != nil && ra.off == aligned {
+			<-ra.done
+			d.next = nil
+			if d.raw != nil {
+				directBufs.Put(d.raw)
+			}
+			d.raw, d.buf = ra.raw, ra.buf
+			n, err = ra.n, ra.err
+		} else {
+			d.dropNext()
+			if d.buf == nil {
+				d.raw = directBufs.Get().(*[]byte)
+				d.buf = alignedBlock(d.raw)
+			}
+			n, err = directPread(d.f, d.buf, aligned)
+		}
 		if err != nil {
+			d.bufN = 0 // buf holds nothing now
 			if isInvalid(err) {
 				// Direct I/O refused on this file: carry on through the
 				// page cache.
@@ -101,6 +153,9 @@ func (d *directReader) Read(p []byte) (int, error) {
 			d.fallback = nil
 			return 0, io.EOF
 		}
+		if n == directBlock && aligned+directBlock < d.end {
+			d.next = startReadAhead(d.f, aligned+directBlock)
+		}
 	}
 	from := int(d.pos - d.bufOff)
 	n := copy(p, d.buf[from:min(int64(d.bufN), d.end-d.bufOff)])
@@ -110,6 +165,7 @@ func (d *directReader) Read(p []byte) (int, error) {
 
 // release closes the direct descriptor and returns the buffer.
 func (d *directReader) release() {
+	d.dropNext()
 	if d.f != nil {
 		d.f.Close()
 		d.f = nil

@@ -6,8 +6,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -144,5 +147,102 @@ func TestDirectReaderFileShrank(t *testing.T) {
 	got, err := io.ReadAll(d)
 	if err != nil || len(got) != directBlock+100 {
 		t.Fatalf("shrunk file: %v after %d bytes", err, len(got))
+	}
+}
+
+// TestDirectReaderReadsAhead: while a block is consumed, the next one is
+// read in the background (a direct read gets no read-ahead from the
+// kernel), and every block is read once.
+func TestDirectReaderReadsAhead(t *testing.T) {
+	dir := t.TempDir()
+	f, data := directFile(t, dir, 3*directBlock+100)
+	df := directOpen(f)
+	if df == nil {
+		t.Skip("no direct I/O here")
+	}
+	var mu sync.Mutex
+	var offs []int64
+	read := make(chan int64, 8)
+	directPread = func(f *os.File, buf []byte, off int64) (int, error) {
+		mu.Lock()
+		offs = append(offs, off)
+		mu.Unlock()
+		n, err := preadDirect(f, buf, off)
+		read <- off
+		return n, err
+	}
+	t.Cleanup(func() { directPread = preadDirect })
+	d := &directReader{f: df, fallback: f, pos: 10, end: 3*directBlock + 50}
+	one := make([]byte, 1)
+	if _, err := d.Read(one); err != nil || one[0] != data[10] {
+		t.Fatalf("first byte: %v", err)
+	}
+	// The first block was read for the call; the second is read without
+	// another call.
+	for _, want := range []int64{0, directBlock} {
+		select {
+		case off := <-read:
+			if off != want {
+				t.Fatalf("read at %d, want %d", off, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the block at %d was not read ahead", want)
+		}
+	}
+	rest, err := io.ReadAll(d)
+	if err != nil || !bytes.Equal(rest, data[11:3*directBlock+50]) {
+		t.Fatalf("the rest: %v, %d bytes", err, len(rest))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int64{0, directBlock, 2 * directBlock, 3 * directBlock}; !slices.Equal(offs, want) {
+		t.Fatalf("blocks read at %v, want each once: %v", offs, want)
+	}
+	if d.f != nil || d.raw != nil || d.next != nil {
+		t.Fatal("descriptor or buffers kept after the end")
+	}
+}
+
+// TestDirectReaderCloseWaitsForReadAhead: Close does not close the
+// descriptor (or pool the buffer) under a read still running.
+func TestDirectReaderCloseWaitsForReadAhead(t *testing.T) {
+	dir := t.TempDir()
+	f, _ := directFile(t, dir, 3*directBlock)
+	df := directOpen(f)
+	if df == nil {
+		t.Skip("no direct I/O here")
+	}
+	release := make(chan struct{})
+	blocked := make(chan struct{})
+	var lateErr error
+	calls := 0
+	directPread = func(f *os.File, buf []byte, off int64) (int, error) {
+		calls++
+		if calls == 1 {
+			return preadDirect(f, buf, off)
+		}
+		close(blocked)
+		<-release
+		n, err := preadDirect(f, buf, off)
+		lateErr = err
+		return n, err
+	}
+	t.Cleanup(func() { directPread = preadDirect })
+	d := &directReader{f: df, fallback: f, pos: 0, end: 3 * directBlock}
+	if _, err := d.Read(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	<-blocked
+	closed := make(chan struct{})
+	go func() { d.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a read ahead was still running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if lateErr != nil {
+		t.Fatalf("the read ahead ran on a closed descriptor: %v", lateErr)
 	}
 }
