@@ -61,18 +61,18 @@ func (ri *releaseInstaller) install(ctx context.Context, repository string, dg d
 		return installed{}, err
 	}
 	if typ != "" && m.Type != typ {
-		return installed{}, fmt.Errorf("%w: the release %s is a plugin of type %s, pinned for type %s", pluginhost.ErrRefused, at, m.Type, typ)
+		return installed{}, &pluginhost.RefusedError{Version: m.Version, Err: fmt.Errorf("the release %s is a plugin of type %s, pinned for type %s", at, m.Type, typ)}
 	}
 	keyID, err := plugindist.Verify(ctx, repo, m, ri.trusted)
 	if err != nil {
-		return installed{}, fmt.Errorf("%w: %w", pluginhost.ErrRefused, err)
+		return installed{}, &pluginhost.RefusedError{Version: m.Version, Err: err}
 	}
 	bin, err := plugindist.FetchBinary(ctx, repo, m, ri.platform)
 	if err != nil {
-		return installed{}, fmt.Errorf("%w: %w", pluginhost.ErrRefused, err)
+		return installed{}, &pluginhost.RefusedError{Version: m.Version, Err: err}
 	}
 	if h := sha256.Sum256(bin); want != "" && want != hex.EncodeToString(h[:]) {
-		return installed{}, fmt.Errorf("%w: plugin %s %s (%s): its %s binary has sha256 %x, but the pin says %s", pluginhost.ErrRefused, m.Type, m.Version, dg, ri.platform, h, want)
+		return installed{}, &pluginhost.RefusedError{Version: m.Version, Err: fmt.Errorf("plugin %s %s (%s): its %s binary has sha256 %x, but the pin says %s", m.Type, m.Version, dg, ri.platform, h, want)}
 	}
 	root := filepath.Join(ri.stateDir, pluginhost.InstallDirName)
 	path, sum, err := pluginhost.InstallBinary(root, m.Type, bin)

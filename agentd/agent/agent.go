@@ -389,6 +389,10 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	if w := cfg.PinWatcher; w != nil {
 		w.OnChange = a.notePins
+		w.OnRefusal = a.notePluginRefusal
+		if err := w.LoadRefusals(); err != nil {
+			a.log.Error("cannot read the agent's refusals of plugin releases", "err", err)
+		}
 		if _, err := w.Pins(); err != nil {
 			a.log.Error("the customer's plugin pin file is refused; no external plugin runs until it is fixed", "err", err)
 		}
@@ -423,6 +427,30 @@ func (a *Agent) notePins(changes []pluginhost.PinChange) {
 		a.log.Info("plugin pin changed", "type", c.Type, "sha256", c.New, "previous", c.Old, "by", c.By, "oci", c.OCI, "version", c.Version)
 		a.note(kind, "plugin:"+c.Type, data)
 	}
+}
+
+// RulePluginRelease names the rule in a plugin release's refusal: one
+// of the agent's checks of the release (its signature by a trusted imsd
+// key, its digests, its type, its binary's pinned checksum); imsd's
+// install artifacts name it so too.
+const RulePluginRelease = "release"
+
+// notePluginRefusal records in the agent's journal, as the refusals of
+// a job's artifact are (supply_chain.refused), a refusal of a pinned
+// plugin release that is new (the pin watcher tells a refusal repeated
+// by every job once), and supply_chain.verified when a release held
+// refused is installed after all.
+func (a *Agent) notePluginRefusal(c pluginhost.RefusalChange) {
+	data := map[string]string{"type": c.Type, "artifact": c.OCI, "digest": c.Digest(), "version": c.Version}
+	if c.Accepted {
+		data["key_id"], data["previously_refused"] = c.KeyID, c.Reason
+		a.log.Info("plugin release verified after its refusal", "type", c.Type, "release", c.OCI, "version", c.Version, "key_id", c.KeyID)
+		a.note(KindSupplyChainVerified, "plugin:"+c.Type, data)
+		return
+	}
+	data["rule"], data["reason"] = RulePluginRelease, c.Reason
+	a.log.Warn("refused a pinned plugin release", "type", c.Type, "release", c.OCI, "version", c.Version, "rule", RulePluginRelease, "reason", c.Reason)
+	a.note(KindSupplyChainRefused, "plugin:"+c.Type, data)
 }
 
 // DefaultHTTPClient speaks HTTP/2 to imsd, with TLS for https:// URLs and

@@ -3,14 +3,20 @@ package agent
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/internal/auditchain"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
 // Every change of the customer's plugin pins that the agent reads is in
@@ -52,4 +58,130 @@ func TestPinChangesAreJournalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantJournal(t, dir, KindPluginUnpinned, "plugin:kvfile", b1)
+}
+
+// A pinned plugin release the agent refuses (a job's Fetch fails a check
+// of it) is in the agent's journal once, as the refusals of a job's
+// artifact are (supply_chain.refused, naming the type, the release, its
+// version and digest, the rule and the reason), however many jobs are
+// refused it; the refusal outlives a restart of the agent on the same
+// state dir (its report still says refused, with the first refusal's
+// time, and the jobs after the restart journal nothing new); a release
+// held refused that installs after all is journalled as verified.
+func TestPluginRefusalJournalledOnceAndKept(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := identity.NewKey()
+	imsKey, _ := identity.NewKey()
+	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: "http://127.0.0.1:1", PrivateKey: key,
+		IMSDKeys: []ed25519.PublicKey{imsKey.Public().(ed25519.PublicKey)}}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, pluginhost.PinFileName)
+	const oci = "oci:/reg/plugins/greeting@sha256:3a0f"
+	if err := pluginhost.WritePins(path, pluginhost.PinFile{Pins: map[string]pluginhost.Pin{"greeting": {OCI: oci, PinnedBy: "alice"}}}); err != nil {
+		t.Fatal(err)
+	}
+	why := "plugin greeting 0.3.0 (sha256:3a0f): no signature by a trusted key"
+	var accept bool
+	start := func() (*Agent, *pluginhost.Loader) {
+		t.Helper()
+		w := &pluginhost.PinWatcher{Path: path}
+		a, err := New(context.Background(), Config{IMSURL: "http://127.0.0.1:1", StateDir: dir, Runner: &runRecorder{},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PinWatcher: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &pluginhost.Loader{PinWatcher: w, Fetch: func(ctx context.Context, typ string, p pluginhost.Pin) (pluginhost.Pin, error) {
+			if accept {
+				return pluginhost.Pin{OCI: p.OCI, Version: "0.3.0", SignedBy: "k1", Installed: filepath.Join(dir, "byoc-plugin-greeting")}, nil
+			}
+			return pluginhost.Pin{}, &pluginhost.RefusedError{Version: "0.3.0", Err: errors.New(why)}
+		}}
+		return a, l
+	}
+	job := func(l *pluginhost.Loader) {
+		t.Helper()
+		_, err := l.Start(context.Background(), "greeting", pluginhost.StartOptions{WorkDir: t.TempDir()})
+		if !accept && (err == nil || !strings.Contains(err.Error(), why)) {
+			t.Fatalf("a job of the refused release: %v", err)
+		}
+	}
+	refusals := func() []map[string]string {
+		t.Helper()
+		rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(dir), auditlog.AgentFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := auditchain.Verify(rs); p != nil {
+			t.Fatalf("the agent's journal does not verify: %v", p)
+		}
+		var out []map[string]string
+		for _, r := range rs {
+			if strings.HasPrefix(r.Kind, "supply_chain.") && r.Subject == "plugin:greeting" {
+				var d map[string]string
+				if err := json.Unmarshal([]byte(r.Data), &d); err != nil {
+					t.Fatal(err)
+				}
+				d["kind"] = r.Kind
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	report := func(a *Agent) *agentv1.PluginRelease {
+		t.Helper()
+		r := a.pluginReport()
+		if r == nil || len(r.Releases) != 1 {
+			t.Fatalf("plugin report: %v", r)
+		}
+		return r.Releases[0]
+	}
+
+	a, l := start()
+	job(l)
+	job(l)
+	job(l)
+	want := map[string]string{"kind": KindSupplyChainRefused, "type": "greeting", "artifact": oci, "digest": "sha256:3a0f", "version": "0.3.0",
+		"rule": RulePluginRelease, "reason": why}
+	if got := refusals(); len(got) != 1 || !maps.Equal(got[0], want) {
+		t.Fatalf("after three refused jobs, the journal's refusals:\n%v\nwant one:\n%v", got, want)
+	}
+	before := report(a)
+	if before.Verdict != "refused" || before.Reason != why || before.Version != "0.3.0" || before.CheckTime == nil {
+		t.Fatalf("report: %v", before)
+	}
+	a.journal.Close()
+	a.auditCopy.Close()
+
+	// The agent restarts on the same state dir: its report says refused
+	// before any job, with the first refusal's time.
+	a, l = start()
+	defer a.journal.Close()
+	if after := report(a); after.Verdict != "refused" || after.Reason != why || !after.CheckTime.AsTime().Equal(before.CheckTime.AsTime()) {
+		t.Fatalf("report after a restart: %v, before it: %v", after, before)
+	}
+	job(l)
+	if got := refusals(); len(got) != 1 {
+		t.Fatalf("a job after the restart journalled the same refusal again: %v", got)
+	}
+	if after := report(a); !after.CheckTime.AsTime().Equal(before.CheckTime.AsTime()) {
+		t.Fatalf("the same refusal's time changed: %v, was %v", after.CheckTime.AsTime(), before.CheckTime.AsTime())
+	}
+
+	// Another reason is another refusal.
+	why = "plugin greeting 0.3.0 (sha256:3a0f): the linux/amd64 binary has no layer"
+	job(l)
+	if got := refusals(); len(got) != 2 || got[1]["reason"] != why {
+		t.Fatalf("a refusal for another reason: %v", got)
+	}
+	// The release installs after all (the vendor's key became trusted).
+	accept = true
+	job(l)
+	if got := refusals(); len(got) != 3 || got[2]["kind"] != KindSupplyChainVerified || got[2]["key_id"] != "k1" ||
+		got[2]["previously_refused"] != why || got[2]["digest"] != "sha256:3a0f" {
+		t.Fatalf("the release installed after its refusal: %v", got)
+	}
+	if r := report(a); r.Verdict == "refused" {
+		t.Fatalf("still refused after the install: %v", r)
+	}
 }

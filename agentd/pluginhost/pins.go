@@ -2,6 +2,7 @@ package pluginhost
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,9 +138,20 @@ type PinWatcher struct {
 	loaded bool
 	pins   PinFile
 	err    error
+	// OnRefusal, if set, is told each refusal of a pinned release that
+	// differs from the one held for its type (Refuse), and each
+	// acceptance of a release held refused (Accept); the agent records
+	// them in its journal. A refusal repeated by every job that needs the
+	// release is told once.
+	OnRefusal func(RefusalChange)
+
 	// refused are the agent's refusals of pinned releases (Refuse), by
-	// type.
-	refused map[string]Refusal
+	// type, kept in the refusals file (RefusalsFileName) beside the pin
+	// file so that a restarted agent reports them still; refusedLoaded
+	// once the file was read, refusedErr what reading it failed with.
+	refused       map[string]Refusal
+	refusedLoaded bool
+	refusedErr    error
 }
 
 // ErrRefused is a release that failed a check of its signature, digests
@@ -147,27 +159,148 @@ type PinWatcher struct {
 // (not the registry's reachability).
 var ErrRefused = errors.New("refused")
 
+// RefusalsFileName is the file beside the pin file in which a running
+// agent keeps its refusals of pinned releases (PinWatcher.Refuse).
+const RefusalsFileName = "plugin-refusals.json"
+
 // Refusal is the agent's refusal of the release OCI pinned for a type,
-// when a job needed it: Reason is the refusal, At when.
+// when a job needed it: Version is the release's version (when the
+// agent read it), Reason the refusal, At when the agent first refused it
+// for that reason.
 type Refusal struct {
-	OCI, Reason string
-	At          time.Time
+	OCI     string    `json:"oci"`
+	Version string    `json:"version,omitempty"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
 }
 
-// Refuse records that the agent refused the release oci pinned for typ
-// (its report to imsd says so while the pin names that release); an
-// empty oci forgets typ's refusal.
-func (w *PinWatcher) Refuse(typ, oci, reason string, at time.Time) {
+// Digest is the refused release's digest (OCI's, after the @).
+func (f Refusal) Digest() string {
+	_, dg, _ := strings.Cut(f.OCI, "@")
+	return dg
+}
+
+// RefusedError is a Fetch error refusing a release (it is ErrRefused)
+// whose version the agent read.
+type RefusedError struct {
+	Version string
+	Err     error
+}
+
+func (e *RefusedError) Error() string        { return ErrRefused.Error() + ": " + e.Err.Error() }
+func (e *RefusedError) Unwrap() error        { return e.Err }
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+// RefusalChange is a refusal that PinWatcher.Refuse found new for Type
+// (another release, or another reason), or, Accepted, a release held
+// refused that a later Fetch installed (KeyID: the key whose signature
+// verified then).
+type RefusalChange struct {
+	Type string
+	Refusal
+	Accepted bool
+	KeyID    string
+}
+
+// refusalsFile is the refusals file's content.
+type refusalsFile struct {
+	Refusals map[string]Refusal `json:"refusals"`
+}
+
+func (w *PinWatcher) refusalsPath() string { return filepath.Join(filepath.Dir(w.Path), RefusalsFileName) }
+
+// LoadRefusals reads the refusals file, once; the agent calls it at
+// start. An unreadable file is an error and holds no refusal (the next
+// refusal replaces it).
+func (w *PinWatcher) LoadRefusals() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if oci == "" {
-		delete(w.refused, typ)
+	w.loadRefusalsLocked()
+	return w.refusedErr
+}
+
+func (w *PinWatcher) loadRefusalsLocked() {
+	if w.refusedLoaded {
 		return
 	}
-	if w.refused == nil {
-		w.refused = map[string]Refusal{}
+	w.refusedLoaded = true
+	w.refused = map[string]Refusal{}
+	b, err := os.ReadFile(w.refusalsPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return
 	}
-	w.refused[typ] = Refusal{OCI: oci, Reason: reason, At: at}
+	var rf refusalsFile
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&rf)
+	}
+	if err != nil {
+		w.refusedErr = fmt.Errorf("plugin refusals file %s: %w (the agent writes it; it holds no refusal until the next one)", w.refusalsPath(), err)
+		return
+	}
+	for typ, f := range rf.Refusals {
+		if typeName.MatchString(typ) && f.OCI != "" {
+			w.refused[typ] = f
+		}
+	}
+}
+
+// saveRefusalsLocked writes the refusals file whole (a renamed temp
+// file, 0600).
+func (w *PinWatcher) saveRefusalsLocked() error {
+	b, err := json.MarshalIndent(refusalsFile{Refusals: w.refused}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(w.refusalsPath(), append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("plugin refusals file: %w", err)
+	}
+	return nil
+}
+
+// Refuse records that the agent refused the release f.OCI pinned for
+// typ (its report to imsd says so while the pin names that release),
+// in the refusals file. A refusal of the release held refused for the
+// same reason changes nothing (its time stays the first refusal's); a
+// new one is told to OnRefusal. An error is the file's: the refusal is
+// held anyway.
+func (w *PinWatcher) Refuse(typ string, f Refusal) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.loadRefusalsLocked()
+	if old, ok := w.refused[typ]; ok && old.OCI == f.OCI && old.Reason == f.Reason {
+		if old.Version == "" && f.Version != "" {
+			old.Version = f.Version
+			w.refused[typ] = old
+			return w.saveRefusalsLocked()
+		}
+		return nil
+	}
+	w.refused[typ] = f
+	if w.OnRefusal != nil {
+		w.OnRefusal(RefusalChange{Type: typ, Refusal: f})
+	}
+	return w.saveRefusalsLocked()
+}
+
+// Accept forgets typ's refusal once the release p (as Fetch completed
+// its pin) is installed; if p is the release that was refused, that is
+// told to OnRefusal.
+func (w *PinWatcher) Accept(typ string, p Pin) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.loadRefusalsLocked()
+	old, ok := w.refused[typ]
+	if !ok {
+		return nil
+	}
+	delete(w.refused, typ)
+	if old.OCI == p.OCI && w.OnRefusal != nil {
+		w.OnRefusal(RefusalChange{Type: typ, Accepted: true, KeyID: p.SignedBy,
+			Refusal: Refusal{OCI: p.OCI, Version: cmp.Or(p.Version, old.Version), Reason: old.Reason, At: old.At}})
+	}
+	return w.saveRefusalsLocked()
 }
 
 // Release is one pinned plugin release with what the agent verified of
@@ -188,6 +321,7 @@ func (w *PinWatcher) Releases() ([]Release, error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.loadRefusalsLocked()
 	var out []Release
 	for _, typ := range slices.Sorted(maps.Keys(pf.Pins)) {
 		p := pf.Pins[typ]
@@ -197,6 +331,7 @@ func (w *PinWatcher) Releases() ([]Release, error) {
 		r := Release{Type: typ, OCI: p.OCI, Version: p.Version}
 		if f, ok := w.refused[typ]; ok && f.OCI == p.OCI {
 			r.Verdict, r.Reason, r.At = "refused", f.Reason, f.At
+			r.Version = cmp.Or(r.Version, f.Version)
 		} else if p.SHA256 != "" && p.Installed != "" {
 			r.Verdict, r.KeyID, r.At = "verified", p.SignedBy, p.PinnedAt
 		}

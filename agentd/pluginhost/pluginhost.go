@@ -597,13 +597,21 @@ func (l *Loader) installed(ctx context.Context, typ string) (dir, path string, e
 	}
 	np, err := l.Fetch(ctx, typ, p)
 	if errors.Is(err, ErrRefused) && l.PinWatcher != nil {
-		l.PinWatcher.Refuse(typ, p.OCI, strings.TrimPrefix(err.Error(), ErrRefused.Error()+": "), time.Now().UTC())
+		f := Refusal{OCI: p.OCI, Version: p.Version, Reason: strings.TrimPrefix(err.Error(), ErrRefused.Error()+": "), At: time.Now().UTC()}
+		if re := (*RefusedError)(nil); errors.As(err, &re) && re.Version != "" {
+			f.Version = re.Version
+		}
+		if rerr := l.PinWatcher.Refuse(typ, f); rerr != nil && l.Logger != nil {
+			l.Logger.Error("cannot keep the refusal of a plugin release", "type", typ, "release", p.OCI, "err", rerr)
+		}
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("plugin %s: install its pinned release %s: %w", typ, p.OCI, err)
 	}
 	if l.PinWatcher != nil {
-		l.PinWatcher.Refuse(typ, "", "", time.Time{})
+		if aerr := l.PinWatcher.Accept(typ, np); aerr != nil && l.Logger != nil {
+			l.Logger.Error("cannot forget the refusal of a plugin release", "type", typ, "release", np.OCI, "err", aerr)
+		}
 	}
 	return filepath.Dir(np.Installed), np.Installed, nil
 }

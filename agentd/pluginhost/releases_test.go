@@ -60,6 +60,12 @@ func TestPinWatcherReleases(t *testing.T) {
 	if got, want := show(), `cache oci:/reg/plugins/cache@sha256:77  "refused" key= "plugin cache 0.3.0 (sha256:77): no signature by a trusted key" false`+"\n"+verified; got != want {
 		t.Fatalf("after a refusal:\n%s\nwant\n%s", got, want)
 	}
+	// A new watcher of the same pin file (the agent restarted) holds the
+	// refusal, kept in the refusals file beside it.
+	if got, err := (&PinWatcher{Path: path}).Releases(); err != nil || len(got) != 2 || got[0].Verdict != "refused" ||
+		got[0].Reason != "plugin cache 0.3.0 (sha256:77): no signature by a trusted key" {
+		t.Fatalf("another watcher of the file: %+v %v", got, err)
+	}
 	fetchErr = nil
 	if _, _, err := l.installed(context.Background(), "cache"); err != nil {
 		t.Fatal(err)
@@ -73,5 +79,8 @@ func TestPinWatcherReleases(t *testing.T) {
 	}
 	if got := show(); strings.Contains(got, "refused") {
 		t.Fatalf("an unreachable registry counted as a refusal:\n%s", got)
+	}
+	if got, err := (&PinWatcher{Path: path}).Releases(); err != nil || len(got) != 2 || got[0].Verdict != "" {
+		t.Fatalf("another watcher of the file after the install: %+v %v", got, err)
 	}
 }
