@@ -207,7 +207,9 @@ type refusalsFile struct {
 	Refusals map[string]Refusal `json:"refusals"`
 }
 
-func (w *PinWatcher) refusalsPath() string { return filepath.Join(filepath.Dir(w.Path), RefusalsFileName) }
+func (w *PinWatcher) refusalsPath() string {
+	return filepath.Join(filepath.Dir(w.Path), RefusalsFileName)
+}
 
 // LoadRefusals reads the refusals file, once; the agent calls it at
 // start. An unreadable file is an error and holds no refusal (the next
