@@ -692,9 +692,41 @@ func (s *Store) SetAgentPlugins(ctx context.Context, id string, r PluginReport, 
 					Failed: failed, VerifiedAt: at}}); err != nil {
 				return err
 			}
+			if err := s.auditPluginCheck(ctx, tx, cur.InstallID, id, p, old, digest, at); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
+}
+
+// Audit kinds of the plugin releases an agent reports: a release it
+// refused, and one it installed after refusing it.
+const (
+	KindAgentPluginRefused  = "agent.plugin_refused"
+	KindAgentPluginVerified = "agent.plugin_verified"
+)
+
+// auditPluginCheck records in the install's chain a plugin release agent
+// agentID newly reported refused, or verified when its last report had
+// that release refused, with the data a job's artifact verification
+// adds to the job's record (supply_chain, supply_chain_artifact,
+// supply_chain_failed: rule "release" and the agent's reason).
+func (s *Store) auditPluginCheck(ctx context.Context, tx *txn, install, agentID string, p PluginRelease, old PluginReport, digest string, at time.Time) error {
+	kind := KindAgentPluginRefused
+	data := map[string]string{"component_type": p.Type, "version": p.Version, "supply_chain": p.Verdict,
+		"supply_chain_artifact": truncate(p.Release+" "+digest, 512)}
+	switch {
+	case p.Verdict == "refused":
+		data["supply_chain_failed"] = truncate("release: "+p.Reason, 512)
+	case p.Verdict == "verified" && slices.ContainsFunc(old.Releases, func(o PluginRelease) bool {
+		return o.Type == p.Type && o.Release == p.Release && o.Verdict == "refused"
+	}):
+		kind, data["key_id"] = KindAgentPluginVerified, p.KeyID
+	default:
+		return nil
+	}
+	return s.Audit(ctx, tx, AuditEvent{Chain: install, At: at, Kind: kind, Actor: "agent:" + agentID, Subject: "plugin:" + p.Type, Data: data})
 }
 
 // OfferAgentUpdate records the agent release offer o for every agent of

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +52,30 @@ func testAgentPluginReport(t *testing.T, dsn string) {
 	if len(as) != 1 || as[0].Plugins == nil || !as[0].Plugins.SameReleases(r) || !as[0].Plugins.ReportedAt.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("read back: %+v", as)
 	}
+	// The refusal is in the install's chain, once, as a job's refused
+	// artifact is (supply_chain*), naming the type, release, version,
+	// digest, rule and reason.
+	audited := func() []string {
+		t.Helper()
+		evs, err := s.ListAuditEvents(ctx, store.AuditFilter{Chain: "inst", OneChain: true})
+		must(err)
+		var out []string
+		for _, e := range evs {
+			if strings.HasPrefix(e.Kind, "agent.plugin_") {
+				out = append(out, fmt.Sprintf("%s %s %s %s %s %s %s %s %s", e.Kind, e.Actor, e.Subject, e.Data["component_type"], e.Data["version"],
+					e.Data["supply_chain"], e.Data["supply_chain_artifact"], e.Data["supply_chain_failed"], e.Data["key_id"]))
+			}
+		}
+		return out
+	}
+	refused := "agent.plugin_refused agent:ag plugin:cache cache  refused reg/plugins/cache@sha256:77 sha256:77 release: no signature by a trusted key "
+	if got := audited(); !slices.Equal(got, []string{refused}) {
+		t.Fatalf("audited:\n%q\nwant\n%q", got, refused)
+	}
+	must(s.SetAgentPlugins(ctx, "ag", r, t0.Add(2*time.Minute)))
+	if got := audited(); len(got) != 1 {
+		t.Fatalf("the same refusal reported again was audited again: %q", got)
+	}
 	if err := s.SetAgentPlugins(ctx, "nope", r, t0); err == nil {
 		t.Fatal("an unknown agent's report was recorded")
 	}
@@ -93,5 +118,21 @@ func testAgentPluginReport(t *testing.T, dsn string) {
 	}
 	if n != store.HistoryPerArtifact || h[0].VerifiedAt.Sub(t0) != time.Duration(3+store.HistoryPerArtifact+4)*time.Hour {
 		t.Fatalf("kept %d of cache, newest at %v", n, h[0].VerifiedAt.Sub(t0))
+	}
+	if got := audited(); len(got) != 1 {
+		t.Fatalf("releases verified (none refused before) were audited: %q", got)
+	}
+
+	// A release refused, then installed after all: both audited.
+	at := t0.Add(100 * time.Hour)
+	rel := store.PluginRelease{Type: "cache", Release: "reg/plugins/cache@sha256:99", Version: "0.4.0", Verdict: "refused", Reason: "its binary's checksum is not the pin's", CheckedAt: at}
+	must(s.SetAgentPlugins(ctx, "ag", store.PluginReport{Releases: []store.PluginRelease{rel}}, at))
+	rel.Verdict, rel.Reason, rel.KeyID, rel.CheckedAt = "verified", "", "3b1f", at.Add(time.Hour)
+	must(s.SetAgentPlugins(ctx, "ag", store.PluginReport{Releases: []store.PluginRelease{rel}}, at.Add(time.Hour)))
+	want = []string{refused,
+		"agent.plugin_refused agent:ag plugin:cache cache 0.4.0 refused reg/plugins/cache@sha256:99 sha256:99 release: its binary's checksum is not the pin's ",
+		"agent.plugin_verified agent:ag plugin:cache cache 0.4.0 verified reg/plugins/cache@sha256:99 sha256:99  3b1f"}
+	if got := audited(); !slices.Equal(got, want) {
+		t.Fatalf("audited:\n%q\nwant\n%q", got, want)
 	}
 }
