@@ -191,10 +191,62 @@ func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(state, "plugins")); len(entries) != 1 {
 		t.Fatalf("installed after the refusal: %v", entries)
 	}
+	// Another job is refused the same release for the same reason.
+	if job, _ = greetingPlan(t, ims, "acme"); job.GetState() != imsv1.JobState_JOB_STATE_FAILED {
+		t.Fatalf("the second plan pinned to the refused release: %s %q", job.GetState(), job.GetError())
+	}
+	// The refusal is in the agent's journal once, as a job's refused
+	// artifact is (supply_chain.refused), naming the type, release,
+	// version, digest and rule; and in imsd's audit chain once, from the
+	// agent's report (agent.plugin_refused).
+	digest3 := strings.SplitN(ref3, "@", 2)[1]
+	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refusals []map[string]string
+	for _, r := range rs {
+		if r.Kind == "supply_chain.refused" && r.Subject == "plugin:greeting" {
+			var d map[string]string
+			if err := json.Unmarshal([]byte(r.Data), &d); err != nil {
+				t.Fatal(err)
+			}
+			refusals = append(refusals, d)
+		}
+	}
+	if len(refusals) != 1 || refusals[0]["type"] != "greeting" || refusals[0]["version"] != "0.3.0" || refusals[0]["digest"] != digest3 ||
+		refusals[0]["rule"] != "release" || !strings.Contains(refusals[0]["reason"], "no signature by a trusted key") {
+		t.Fatalf("the agent's journal of the refusal (two refused jobs): %v", refusals)
+	}
+	imsdRefusals := func() []map[string]string {
+		t.Helper()
+		evs, err := ims.Admin().ListAuditEvents(t.Context(), connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme", Limit: 5000}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []map[string]string
+		for _, e := range evs.Msg.Events {
+			if e.Kind == "agent.plugin_refused" && e.Subject == "plugin:greeting" {
+				var d map[string]string
+				if err := json.Unmarshal([]byte(e.Data), &d); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	cluster.Eventually(t, 30*time.Second, "imsd to audit the plugin refusal", func() bool { return len(imsdRefusals()) > 0 })
 	// The agent reports the refusal: the pinned release is refused, not
 	// deployed, with the agent's reason.
 	pluginRow(`"state": "refused"`, strings.SplitN(ref3, "@", 2)[1], `"rules": [`, `"release"`,
 		"release: plugin greeting 0.3.0", "no signature by a trusted key")
+	if got := imsdRefusals(); len(got) != 1 || got[0]["component_type"] != "greeting" || got[0]["version"] != "0.3.0" ||
+		got[0]["supply_chain"] != "refused" || !strings.Contains(got[0]["supply_chain_artifact"], digest3) ||
+		!strings.HasPrefix(got[0]["supply_chain_failed"], "release: plugin greeting 0.3.0") {
+		t.Fatalf("imsd's audit of the refusal: %v", got)
+	}
+	cli.Run(0, "audit", "verify", "--install", "acme") // the chain, with the record, verifies
 	// The history keeps both verdicts: 0.1.0 verified, 0.3.0 refused.
 	hist := cli.Run(0, "install", "artifacts", "acme", "--history", "--kind", "plugin")
 	var v1, v3 bool
@@ -207,7 +259,7 @@ func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 	}
 
 	// The running agent recorded both installs in its journal.
-	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile))
+	rs, err = auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile))
 	if err != nil {
 		t.Fatal(err)
 	}
