@@ -37,6 +37,9 @@ type Balancer struct {
 	// the last one's error.
 	acceptErrs    int
 	lastAcceptErr error
+	// closed is set by Close: a connection whose backend answers after
+	// it is cut at once.
+	closed bool
 }
 
 // AcceptErrors returns how many accepts failed and the last one's error.
@@ -86,6 +89,7 @@ func (b *Balancer) Close() {
 	b.stop()
 	b.ln.Close()
 	b.mu.Lock()
+	b.closed = true
 	for c := range b.conns {
 		c.Close()
 	}
@@ -179,27 +183,46 @@ func (b *Balancer) serve() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		s, i := b.dial()
-		if s == nil {
-			c.Close()
-			continue
-		}
+		// Each connection dials its backend on a goroutine of its own: a
+		// slow or unanswering backend (a dial waits up to a second) must
+		// not hold up the connections accepted after it.
 		b.mu.Lock()
-		b.conns[c], b.conns[s] = struct{}{}, struct{}{}
-		b.active[i]++
+		b.conns[c] = struct{}{}
 		b.mu.Unlock()
-		var once sync.Once
-		done := func() {
-			once.Do(func() {
-				b.mu.Lock()
-				b.active[i]--
-				b.mu.Unlock()
-			})
-		}
-		b.wg.Add(2)
-		go func() { defer b.wg.Done(); b.pipe(s, c); done() }()
-		go func() { defer b.wg.Done(); b.pipe(c, s); done() }()
+		b.wg.Add(1)
+		go func() { defer b.wg.Done(); b.relay(c) }()
 	}
+}
+
+// relay connects c to a backend and copies both ways until either side
+// closes.
+func (b *Balancer) relay(c net.Conn) {
+	s, i := b.dial()
+	b.mu.Lock()
+	if s == nil || b.closed {
+		delete(b.conns, c)
+		b.mu.Unlock()
+		c.Close()
+		if s != nil {
+			s.Close()
+		}
+		return
+	}
+	b.conns[s] = struct{}{}
+	b.active[i]++
+	b.mu.Unlock()
+	var once sync.Once
+	done := func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.active[i]--
+			b.mu.Unlock()
+		})
+	}
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); b.pipe(s, c); done() }()
+	b.pipe(c, s)
+	done()
 }
 
 // dial connects to the next healthy backend that accepts, round robin,
