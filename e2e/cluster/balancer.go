@@ -125,7 +125,8 @@ func (b *Balancer) Active() []int {
 // on its own, every 100 ms.
 func (b *Balancer) check(ctx context.Context) {
 	const unhealthyAfter = 3
-	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	tr := &http.Transport{DisableKeepAlives: true}
+	c := &http.Client{Timeout: 2 * time.Second, Transport: tr}
 	var wg sync.WaitGroup
 	for i, be := range b.backends {
 		wg.Add(1)
@@ -136,7 +137,8 @@ func (b *Balancer) check(ctx context.Context) {
 			failed := 0
 			for {
 				ok := false
-				if r, err := c.Get("http://" + be + "/readyz"); err == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+be+"/readyz", nil)
+				if r, err := c.Do(req); err == nil {
 					ok = r.StatusCode == http.StatusOK
 					r.Body.Close()
 				}
@@ -164,6 +166,9 @@ func (b *Balancer) check(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	// A check's dial to a backend that does not answer outlives its
+	// request (net/http keeps it for a later one): cancel it.
+	tr.CloseIdleConnections()
 }
 
 func (b *Balancer) serve() {
