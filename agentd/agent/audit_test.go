@@ -1,19 +1,21 @@
 package agent
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/byoc-dev/byoc/agentd/auditlog"
+	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/internal/auditchain"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
-// wantJournal fails t unless the agent's own audit journal in dir holds
-// a record of kind about subject whose data contains text, and verifies.
-func wantJournal(t *testing.T, dir, kind, subject, text string) {
+// agentJournal reads the agent's own audit journal in dir, and fails t
+// unless it verifies.
+func agentJournal(t *testing.T, dir string) []auditchain.Record {
 	t.Helper()
 	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(dir), auditlog.AgentFile))
 	if err != nil {
@@ -22,6 +24,26 @@ func wantJournal(t *testing.T, dir, kind, subject, text string) {
 	if p := auditchain.Verify(rs); p != nil {
 		t.Fatalf("the agent's journal does not verify: %v", p)
 	}
+	return rs
+}
+
+// saveTestIdentity saves an identity for agent agt_1 of install ins_1 in
+// dir, trusting a fresh imsd key.
+func saveTestIdentity(t *testing.T, dir string) {
+	t.Helper()
+	key, _ := identity.NewKey()
+	imsKey, _ := identity.NewKey()
+	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: "http://127.0.0.1:1", PrivateKey: key,
+		IMSDKeys: []ed25519.PublicKey{imsKey.Public().(ed25519.PublicKey)}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantJournal fails t unless the agent's own audit journal in dir holds
+// a record of kind about subject whose data contains text, and verifies.
+func wantJournal(t *testing.T, dir, kind, subject, text string) {
+	t.Helper()
+	rs := agentJournal(t, dir)
 	for _, r := range rs {
 		var data map[string]string
 		if err := json.Unmarshal([]byte(r.Data), &data); err != nil {

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -19,11 +17,7 @@ import (
 // of kind about file name whose data contains want.
 func journalHas(t *testing.T, dir, kind, name, want string) bool {
 	t.Helper()
-	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(dir), auditlog.AgentFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs {
+	for _, r := range agentJournal(t, dir) {
 		if r.Kind == kind && r.Subject == permissions.Subject(name) && strings.Contains(r.Data, want) {
 			return true
 		}

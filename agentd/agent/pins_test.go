@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"io"
@@ -12,10 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/byoc-dev/byoc/agentd/auditlog"
-	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
-	"github.com/byoc-dev/byoc/internal/auditchain"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -24,12 +20,7 @@ import (
 // previous checksum) and an unpin (issue 29).
 func TestPinChangesAreJournalled(t *testing.T) {
 	dir := t.TempDir()
-	key, _ := identity.NewKey()
-	imsKey, _ := identity.NewKey()
-	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: "http://127.0.0.1:1", PrivateKey: key,
-		IMSDKeys: []ed25519.PublicKey{imsKey.Public().(ed25519.PublicKey)}}); err != nil {
-		t.Fatal(err)
-	}
+	saveTestIdentity(t, dir)
 	path := filepath.Join(dir, pluginhost.PinFileName)
 	a1, b1 := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
 	write := func(pins map[string]pluginhost.Pin) {
@@ -70,12 +61,7 @@ func TestPinChangesAreJournalled(t *testing.T) {
 // held refused that installs after all is journalled as verified.
 func TestPluginRefusalJournalledOnceAndKept(t *testing.T) {
 	dir := t.TempDir()
-	key, _ := identity.NewKey()
-	imsKey, _ := identity.NewKey()
-	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: "http://127.0.0.1:1", PrivateKey: key,
-		IMSDKeys: []ed25519.PublicKey{imsKey.Public().(ed25519.PublicKey)}}); err != nil {
-		t.Fatal(err)
-	}
+	saveTestIdentity(t, dir)
 	path := filepath.Join(dir, pluginhost.PinFileName)
 	const oci = "oci:/reg/plugins/greeting@sha256:3a0f"
 	if err := pluginhost.WritePins(path, pluginhost.PinFile{Pins: map[string]pluginhost.Pin{"greeting": {OCI: oci, PinnedBy: "alice"}}}); err != nil {
@@ -108,13 +94,7 @@ func TestPluginRefusalJournalledOnceAndKept(t *testing.T) {
 	}
 	refusals := func() []map[string]string {
 		t.Helper()
-		rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(dir), auditlog.AgentFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p := auditchain.Verify(rs); p != nil {
-			t.Fatalf("the agent's journal does not verify: %v", p)
-		}
+		rs := agentJournal(t, dir)
 		var out []map[string]string
 		for _, r := range rs {
 			if strings.HasPrefix(r.Kind, "supply_chain.") && r.Subject == "plugin:greeting" {

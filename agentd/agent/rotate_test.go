@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -94,10 +93,7 @@ func TestRotationWaitsForIMSDThenCompletes(t *testing.T) {
 	if _, err := a.permissions(); err != nil {
 		t.Fatalf("the agent refuses its permissions after the rotation: %v", err)
 	}
-	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(dir), auditlog.AgentFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := agentJournal(t, dir)
 	kinds := map[string]int{}
 	for _, r := range rs {
 		kinds[r.Kind]++
