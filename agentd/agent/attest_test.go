@@ -20,7 +20,6 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/internal/attest"
-	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -60,16 +59,10 @@ func tgz(t *testing.T, files map[string]string) []byte {
 // critical finding are refused naming the rule; mode warn runs; what was
 // verified is returned for imsd.
 func TestSupplyChainAttestations(t *testing.T) {
-	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	reg, env, repo := vendorRegistry(t)
 	ctx := t.Context()
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
-	env := map[string]string{VendorRegistryEnv: reg.Host, VendorPlainHTTPEnv: "1", VendorTokenEnv: "t"}
-	repo, err := ocicopy.Open(ctx, ocicopy.Registry{Host: reg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
 	push := func(seed uint64) ocispec.Descriptor {
 		d, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: seed, Layers: []int64{64}})
 		if err != nil {

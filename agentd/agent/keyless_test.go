@@ -20,7 +20,6 @@ import (
 	"github.com/byoc-dev/byoc/internal/attest/keylesssign"
 	"github.com/byoc-dev/byoc/internal/attest/keylesstest"
 	"github.com/byoc-dev/byoc/internal/cosignlayout"
-	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/internal/ocisign/ocikeyless"
@@ -36,15 +35,9 @@ import (
 // subject, another issuer, a root with another CA, or no identity, the
 // job is refused naming the artifact, its digest, the rule and why.
 func TestSupplyChainKeyless(t *testing.T) {
-	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	reg, env, repo := vendorRegistry(t)
 	ctx := t.Context()
 	e := keylesstest.New(t, 0)
-	env := map[string]string{VendorRegistryEnv: reg.Host, VendorPlainHTTPEnv: "1", VendorTokenEnv: "t"}
-	repo, err := ocicopy.Open(ctx, ocicopy.Registry{Host: reg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
 	d, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: 1, Layers: []int64{64}})
 	if err != nil {
 		t.Fatal(err)
@@ -115,16 +108,10 @@ func TestSupplyChainKeyless(t *testing.T) {
 // keylessly, and an install agent's policy trusting its identity
 // verifies both.
 func TestBuildSignsKeylessly(t *testing.T) {
-	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	reg, env, repo := vendorRegistry(t)
 	ctx := t.Context()
 	e := keylesstest.New(t, 0)
 	const subject = "https://kubernetes.io/namespaces/byoc/serviceaccounts/build-agent"
-	env := map[string]string{VendorRegistryEnv: reg.Host, VendorPlainHTTPEnv: "1", VendorTokenEnv: "t"}
-	repo, err := ocicopy.Open(ctx, ocicopy.Registry{Host: reg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
 	d, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: 7, Layers: []int64{64}})
 	if err != nil {
 		t.Fatal(err)
@@ -163,16 +150,10 @@ func TestBuildSignsKeylessly(t *testing.T) {
 // and why, and the refusal is journalled. A keyed signature still
 // meets the rule as before.
 func TestSupplyChainKeylessSignature(t *testing.T) {
-	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	reg, env, repo := vendorRegistry(t)
 	ctx := t.Context()
 	e := keylesstest.New(t, 0)
 	const subject = "https://kubernetes.io/namespaces/byoc/serviceaccounts/build-agent"
-	env := map[string]string{VendorRegistryEnv: reg.Host, VendorPlainHTTPEnv: "1", VendorTokenEnv: "t"}
-	repo, err := ocicopy.Open(ctx, ocicopy.Registry{Host: reg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
 	image := func(seed uint64) ocispec.Descriptor {
 		d, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: seed, Layers: []int64{64}})
 		if err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/byoc-dev/byoc/agentd/kmskey"
 	"github.com/byoc-dev/byoc/agentd/stack/awsfake"
 	"github.com/byoc-dev/byoc/internal/attest"
-	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -35,7 +34,7 @@ var staticCreds = aws.CredentialsProviderFunc(func(context.Context) (aws.Credent
 // MessageType RAW. A Sign call KMS refuses mid-build fails the build
 // naming the key and KMS's error.
 func TestSupplyChainSignsWithKMS(t *testing.T) {
-	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	reg, env, repo := vendorRegistry(t)
 	ctx := t.Context()
 	fake := awsfake.NewKMS(t)
 	fk := fake.AddKey("ECC_NIST_EDWARDS25519", "SIGN_VERIFY")
@@ -49,12 +48,6 @@ func TestSupplyChainSignsWithKMS(t *testing.T) {
 		t.Fatalf("opened key %s with another public key", key.ARN)
 	}
 
-	env := map[string]string{VendorRegistryEnv: reg.Host, VendorPlainHTTPEnv: "1", VendorTokenEnv: "t"}
-	repo, err := ocicopy.Open(ctx, ocicopy.Registry{Host: reg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
 	d, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: 1, Layers: []int64{64}})
 	if err != nil {
 		t.Fatal(err)

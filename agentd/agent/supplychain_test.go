@@ -19,22 +19,30 @@ type journalEntry struct {
 	data map[string]string
 }
 
+// vendorRegistry starts a real registry standing for the vendor's and
+// returns it, the build environment naming it, and its repository
+// acme/web, open until the test ends.
+func vendorRegistry(t *testing.T) (*ocitest.Registry, map[string]string, *ocicopy.Repo) {
+	t.Helper()
+	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	repo, err := ocicopy.Open(t.Context(), ocicopy.Registry{Host: reg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { repo.Close() })
+	return reg, map[string]string{VendorRegistryEnv: reg.Host, VendorPlainHTTPEnv: "1", VendorTokenEnv: "t"}, repo
+}
+
 // TestSupplyChainSignAndEnforce signs a build in a real registry the way
 // the build agent does, and checks the customer's policy on image and
 // terraform jobs: signed by a trusted key passes; unsigned, or signed by
 // another key, is refused naming the artifact, digest and rule, and
 // journalled; mode warn lets it run, journalled.
 func TestSupplyChainSignAndEnforce(t *testing.T) {
-	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	reg, env, repo := vendorRegistry(t)
 	ctx := t.Context()
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
-	env := map[string]string{VendorRegistryEnv: reg.Host, VendorPlainHTTPEnv: "1", VendorTokenEnv: "t"}
-	repo, err := ocicopy.Open(ctx, ocicopy.Registry{Host: reg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
 	push := func(seed uint64) string {
 		d, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: seed, Layers: []int64{64}})
 		if err != nil {
