@@ -93,4 +93,32 @@ func TestSupportRecordingsListAndPlay(t *testing.T) {
 			t.Fatalf("viewer %v: exit %d\n%s%s", args, code, o, e)
 		}
 	}
+
+	// Every read is in the install's audit chain, with who read which
+	// bytes: the two plays of ses_good, the refused play of the tampered
+	// one (its bytes were sent); the viewer's denied read is not a read.
+	good := sha256.Sum256([]byte(strings.Replace(testRecording, "SES", "ses_good", 1)))
+	reads := sessionAudit(t, ims.Admin(), "ses_good", "support.session.recording_read", hex.EncodeToString(good[:]))
+	if len(reads) != 2 {
+		t.Fatalf("%d audited reads of ses_good, want 2 (the two plays)", len(reads))
+	}
+	for _, ev := range reads {
+		if ev.Actor == "" || strings.HasSuffix(ev.Actor, ":") {
+			t.Fatalf("read audited with actor %q", ev.Actor)
+		}
+	}
+	var bad []*imsv1.AuditEvent
+	r, err := ims.Admin().ListAuditEvents(context.Background(), connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range r.Msg.Events {
+		if ev.Kind == "support.session.recording_read" && ev.Subject == "ses_bad" {
+			bad = append(bad, ev)
+		}
+	}
+	if len(bad) != 1 {
+		t.Fatalf("%d audited reads of the tampered ses_bad, want 1", len(bad))
+	}
+	cli.Run(0, "audit", "verify", "--install", "acme")
 }

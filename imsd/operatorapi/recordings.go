@@ -3,7 +3,9 @@ package operatorapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"regexp"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -62,8 +64,14 @@ func (s *Service) ListSupportRecordings(ctx context.Context, req *connect.Reques
 	return connect.NewResponse(out), nil
 }
 
+// KindRecordingRead is the audit kind of a read of a kept recording.
+const KindRecordingRead = "support.session.recording_read"
+
 // GetSupportRecording returns one kept recording with its stored
-// SHA-256, which the caller checks before playing it.
+// SHA-256, which the caller checks before playing it. A recording is
+// what the customer's terminal showed: each read is audited in the
+// install's chain (who, which session, which bytes) before the bytes
+// leave, and refused when the record cannot be written.
 func (s *Service) GetSupportRecording(ctx context.Context, req *connect.Request[imsv1.GetSupportRecordingRequest]) (*connect.Response[imsv1.GetSupportRecordingResponse], error) {
 	if req.Msg.Id == "" {
 		return nil, s.err(ctx, errs.Field("id", "is required"))
@@ -71,6 +79,11 @@ func (s *Service) GetSupportRecording(ctx context.Context, req *connect.Request[
 	r, err := s.store.GetSessionRecording(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, s.err(ctx, err)
+	}
+	if err := s.store.RecordAudit(ctx, store.AuditEvent{Chain: r.InstallID, At: s.now(), Kind: KindRecordingRead,
+		Actor: callerFrom(ctx).Actor(), Subject: r.SessionID,
+		Data: map[string]string{"recording_sha256": r.SHA256, "size": strconv.Itoa(len(r.Data))}}); err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("cannot write the audit record of this read, so the recording was not sent; try again"))
 	}
 	return connect.NewResponse(&imsv1.GetSupportRecordingResponse{Recording: supportRecordingToProto(r), Data: r.Data}), nil
 }
