@@ -97,3 +97,59 @@ func testBreakGlass(t *testing.T, e *env) {
 	equal(t, "approved before its end", a.StateAt(at(59*time.Minute)), store.GrantApproved)
 	equal(t, "approved at its end", a.StateAt(at(time.Hour)), store.GrantExpired)
 }
+
+// testSessionRecordings: recordings kept of support sessions are listed
+// per install, oldest first, and read back byte for byte with their
+// hash, from a second replica too; each keep is audited in its
+// install's chain (which verifies); a second keep of one session is
+// refused and the first copy stays; an unknown session is not found,
+// named.
+func testSessionRecordings(t *testing.T, e *env) {
+	ctx := e.ctx()
+	acme, beta := e.install("acme"), e.install("beta")
+	rec := func(id, inst string, d time.Duration, data string) store.SessionRecording {
+		return store.SessionRecording{SessionID: id, InstallID: inst, AgentID: "ag-1", SHA256: "sum-" + id, Data: []byte(data), At: at(d)}
+	}
+	ok(t, e.s.SaveSessionRecording(ctx, rec("ses_2", acme, time.Minute, "second\x00\xff")))
+	ok(t, e.s.SaveSessionRecording(ctx, rec("ses_1", acme, 0, "first")))
+	ok(t, e.s.SaveSessionRecording(ctx, rec("ses_3", beta, 0, "other")))
+	if err := e.s.SaveSessionRecording(ctx, rec("ses_1", acme, 2*time.Minute, "replaced")); err == nil {
+		t.Fatal("a second recording of ses_1 was kept")
+	}
+	for _, s := range []*store.Store{e.s, e.second()} {
+		list, err := s.ListSessionRecordings(ctx, acme)
+		ok(t, err)
+		if len(list) != 2 || list[0].SessionID != "ses_1" || list[1].SessionID != "ses_2" {
+			t.Fatalf("acme's recordings: %+v, want ses_1 then ses_2", list)
+		}
+		equal(t, "ses_1's data", string(list[0].Data), "first")
+		equal(t, "ses_2's data", string(list[1].Data), "second\x00\xff")
+		equal(t, "ses_2's hash", list[1].SHA256, "sum-ses_2")
+		equal(t, "ses_2's install", list[1].InstallID, acme)
+		equal(t, "ses_2's agent", list[1].AgentID, "ag-1")
+		if !list[1].At.Equal(at(time.Minute)) {
+			t.Fatalf("ses_2 kept at %v, want %v", list[1].At, at(time.Minute))
+		}
+		other, err := s.ListSessionRecordings(ctx, beta)
+		ok(t, err)
+		equal(t, "beta's recordings", len(other), 1)
+		none, err := s.ListSessionRecordings(ctx, "ins-nowhere")
+		ok(t, err)
+		equal(t, "an unknown install's recordings", len(none), 0)
+		r, err := s.GetSessionRecording(ctx, "ses_1")
+		ok(t, err)
+		equal(t, "ses_1 read back", string(r.Data), "first")
+		_, err = s.GetSessionRecording(ctx, "ses_nowhere")
+		wantErr(t, err, errs.NotFound, "ses_nowhere")
+	}
+	kept := 0
+	for _, k := range e.kinds(acme) {
+		if k == "support.session.recording_kept" {
+			kept++
+		}
+	}
+	equal(t, "acme's recording_kept events", kept, 2)
+	if p := e.verify(acme); p != nil {
+		t.Fatalf("acme's chain: %v", p)
+	}
+}

@@ -84,6 +84,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"RevokeAgents", testRevokeAgents},
 		{"AgentKeyRotation", testAgentKeyRotation},
 		{"BreakGlass", testBreakGlass},
+		{"SessionRecordings", testSessionRecordings},
 		{"AuditEvents", testAuditEvents},
 		{"AuditAppendOnly", testAuditAppendOnly},
 		{"AuditTamperEdit", testAuditTamperEdit},
