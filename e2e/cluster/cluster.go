@@ -348,6 +348,7 @@ func StartAgentBin(tb testing.TB, bin string, env []string, url, token, stateDir
 		args = append(args, "--enroll-token", token)
 	}
 	cmd := exec.Command(bin, args...)
+	dieWithTest(cmd)
 	buf := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
 	cmd.Env = append(append(os.Environ(), "AWS_SECRET_ACCESS_KEY=agent-secret-must-not-leak"), env...)

@@ -121,6 +121,7 @@ func (p *IMSProcess) Start() {
 func (p *IMSProcess) launch(bin string) chan struct{} {
 	p.tb.Helper()
 	cmd := exec.Command(bin, p.args...)
+	dieWithTest(cmd)
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		p.tb.Fatalf("start imsd: %v", err)
