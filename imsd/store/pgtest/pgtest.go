@@ -168,6 +168,7 @@ func startServer(bin string) (_ *server, err error) {
 			os.RemoveAll(dir)
 		}
 	}()
+	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -178,6 +179,7 @@ func startServer(bin string) (_ *server, err error) {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, err
 		}
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 	}
 	s := &server{dir: dir, data: filepath.Join(dir, "data"), exited: make(chan struct{})}
 	out, err := command(filepath.Join(bin, "initdb"), "-D", s.data, "-U", "postgres", "--auth=trust",
@@ -196,9 +198,15 @@ func startServer(bin string) (_ *server, err error) {
 	defer logf.Close()
 	// A throwaway server: durability off, room for the connection pools
 	// of several stores.
-	s.cmd = command(filepath.Join(bin, "postgres"), "-D", s.data, "-p", strconv.Itoa(s.port), "-k", dir,
+	// The postmaster is this process's own child (not runuser's, whose
+	// child would outlive it) and dies with it (Pdeathsig): a test binary
+	// killed, or panicking on its timeout without running its cleanups,
+	// leaves no server behind (its backends exit when the postmaster
+	// does).
+	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", s.data, "-p", strconv.Itoa(s.port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=300")
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
@@ -265,7 +273,7 @@ func (s *server) createDatabase(ctx context.Context) (string, error) {
 // removes its files.
 func (s *server) stop() {
 	s.once.Do(func() {
-		// Signal the postmaster itself: runuser may sit between us and it.
+		// Signal the postmaster, named by its postmaster.pid.
 		if pid := s.postmasterPID(); pid > 0 {
 			syscall.Kill(pid, syscall.SIGQUIT)
 		} else if s.cmd.Process != nil {
