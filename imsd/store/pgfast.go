@@ -109,8 +109,8 @@ func (g *pgGroupCommit) pres(t *txn, batch []*writeReq) error {
 			return fmt.Errorf("ack %d jobs: %w", n, err)
 		}
 		m := byID(acks)
+		var id string // declared once: Scan's &id escapes
 		for rows.Next() {
-			var id string
 			if err := rows.Scan(&id); err != nil {
 				rows.Close()
 				return fmt.Errorf("ack %d jobs: %w", n, err)
@@ -139,8 +139,8 @@ func (g *pgGroupCommit) pres(t *txn, batch []*writeReq) error {
 			return fmt.Errorf("finish %d jobs: %w", n, err)
 		}
 		m := byID(fins)
+		var id, install, typ, op, release string // declared once: Scan's pointers escape
 		for rows.Next() {
-			var id, install, typ, op, release string
 			if err := rows.Scan(&id, &install, &typ, &op, &release); err != nil {
 				rows.Close()
 				return fmt.Errorf("finish %d jobs: %w", n, err)
