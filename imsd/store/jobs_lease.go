@@ -63,7 +63,7 @@ func (s *Store) ClaimJobsHolding(ctx context.Context, installID string, w Writer
 				      FROM (SELECT id, created_at FROM jobs WHERE install_id = $4 AND state = 'queued'`+hold+`
 				            ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) q) c
 				WHERE jobs.id = c.id AND jobs.state = 'queued' RETURNING `+jobColsQualified,
-				w.AgentID, nanos(leaseUntil), tokens, installID, n)
+				w.AgentID, nanos(leaseUntil), pgInt8s(tokens), installID, n)
 			if err != nil {
 				return err
 			}

@@ -104,13 +104,13 @@ func (g *pgGroupCommit) pres(t *txn, batch []*writeReq) error {
 		for i, p := range acks {
 			ids[i], agents[i], tokens[i], nows[i], leases[i] = p.jobID, p.w.AgentID, p.w.FencingToken, p.now, p.lease
 		}
-		rows, err := t.tx.QueryContext(t.ctx, pgAckSQL, ids, agents, tokens, nows, leases)
+		rows, err := t.tx.QueryContext(t.ctx, pgAckSQL, pgTexts(ids), pgTexts(agents), pgInt8s(tokens), pgInt8s(nows), pgInt8s(leases))
 		if err != nil {
 			return fmt.Errorf("ack %d jobs: %w", n, err)
 		}
 		m := byID(acks)
+		var id string // declared once: Scan's &id escapes
 		for rows.Next() {
-			var id string
 			if err := rows.Scan(&id); err != nil {
 				rows.Close()
 				return fmt.Errorf("ack %d jobs: %w", n, err)
@@ -133,13 +133,14 @@ func (g *pgGroupCommit) pres(t *txn, batch []*writeReq) error {
 			ids[i], agents[i], tokens[i], states[i], nows[i], exits[i] = p.jobID, p.w.AgentID, p.w.FencingToken, p.state, p.now, int32(p.exitCode)
 			errors[i], outputs[i], plans[i], policies[i], digests[i] = p.errMsg, p.outputs, p.plan, p.policy, p.planDigest
 		}
-		rows, err := t.tx.QueryContext(t.ctx, pgFinishSQL, ids, agents, tokens, states, nows, exits, errors, outputs, plans, policies, digests)
+		rows, err := t.tx.QueryContext(t.ctx, pgFinishSQL, pgTexts(ids), pgTexts(agents), pgInt8s(tokens), pgTexts(states), pgInt8s(nows), exits,
+			pgTexts(errors), pgTexts(outputs), pgTexts(plans), pgTexts(policies), pgTexts(digests))
 		if err != nil {
 			return fmt.Errorf("finish %d jobs: %w", n, err)
 		}
 		m := byID(fins)
+		var id, install, typ, op, release string // declared once: Scan's pointers escape
 		for rows.Next() {
-			var id, install, typ, op, release string
 			if err := rows.Scan(&id, &install, &typ, &op, &release); err != nil {
 				rows.Close()
 				return fmt.Errorf("finish %d jobs: %w", n, err)
@@ -217,7 +218,9 @@ func (s *Store) insertNewJobsPG(ctx context.Context, tx *txn, jobs []NewJob, con
 			fencing_token, agent_id, lease_deadline, created_at, created_by, mode, component, approved_plan_digest, release_id, window_bound)
 		SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::INTEGER[], $8::INTEGER[], $9::BIGINT[],
 			$10::BIGINT[], $11::TEXT[], $12::BIGINT[], $13::BIGINT[], $14::TEXT[], $15::TEXT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::BOOLEAN[])`,
-		ids, installs, types, ops, cfgs, states, attempts, maxAttempts, timeouts, tokens, agents, leases, created, bys, modes, comps, digests, releases, windowBound)
+		pgTexts(ids), pgTexts(installs), pgTexts(types), pgTexts(ops), pgTexts(cfgs), pgTexts(states), attempts, maxAttempts,
+		pgInt8s(timeouts), pgInt8s(tokens), pgTexts(agents), pgInt8s(leases), pgInt8s(created), pgTexts(bys), pgTexts(modes),
+		pgTexts(comps), pgTexts(digests), pgTexts(releases), windowBound)
 	if err != nil {
 		if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT enqueue`); rerr != nil {
 			return nil, true, fmt.Errorf("%w (and undoing it: %v)", err, rerr)

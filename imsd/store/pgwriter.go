@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -268,21 +269,23 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
 		chains = slices.Compact(chains)
 		// Locked in chain order, as flushAudit locks them, then read:
 		// one round trip (migration 33).
-		rows, err := t.tx.QueryContext(ctx, `SELECT chain, seq, hash FROM byoc_audit_heads($1::TEXT[])`, chains)
+		rows, err := t.tx.QueryContext(ctx, `SELECT chain, seq, hash FROM byoc_audit_heads($1::TEXT[])`, pgTexts(chains))
 		if err != nil {
 			return fmt.Errorf("audit: lock and read %d chain heads: %w", len(chains), err)
 		}
 		heads := make(map[string]*auditchain.Record, len(chains))
+		// Declared once, and not as pointers (which database/sql would
+		// allocate for each row): a few allocations per job fewer.
+		var c string
+		var seq sql.NullInt64
+		var hash sql.NullString
 		for rows.Next() {
-			var c string
-			var seq *int64
-			var hash *string
 			if err := rows.Scan(&c, &seq, &hash); err != nil {
 				rows.Close()
 				return fmt.Errorf("audit: read chain heads: %w", err)
 			}
-			if seq != nil && hash != nil {
-				heads[c] = &auditchain.Record{Seq: *seq, Hash: *hash}
+			if seq.Valid && hash.Valid {
+				heads[c] = &auditchain.Record{Seq: seq.Int64, Hash: hash.String}
 			}
 		}
 		rows.Close()
@@ -303,7 +306,8 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
 		}
 		if _, err := t.tx.ExecContext(ctx, `INSERT INTO audit_events (chain, seq, at, kind, actor, subject, data, prev, hash)
 			SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])`,
-			cols.chain, cols.seq, cols.at, cols.kind, cols.actor, cols.subject, cols.data, cols.prev, cols.hash); err != nil {
+			pgTexts(cols.chain), pgInt8s(cols.seq), pgInt8s(cols.at), pgTexts(cols.kind), pgTexts(cols.actor), pgTexts(cols.subject),
+			pgTexts(cols.data), pgTexts(cols.prev), pgTexts(cols.hash)); err != nil {
 			return fmt.Errorf("audit: append %d records: %w", n, err)
 		}
 	}
@@ -319,7 +323,7 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
 		for i, nt := range b.notes {
 			chs[i], ps[i] = nt[0], nt[1]
 		}
-		if _, err := t.tx.ExecContext(ctx, `SELECT pg_notify(c, p) FROM unnest($1::TEXT[], $2::TEXT[]) AS u(c, p)`, chs, ps); err != nil {
+		if _, err := t.tx.ExecContext(ctx, `SELECT pg_notify(c, p) FROM unnest($1::TEXT[], $2::TEXT[]) AS u(c, p)`, pgTexts(chs), pgTexts(ps)); err != nil {
 			return fmt.Errorf("notify %d: %w", len(chs), err)
 		}
 	}
