@@ -249,7 +249,7 @@ var rules = []rule{
 			return in("imsd", "agentd", "tui")(p) && !in("agentd/stack/awsfake", "agentd/stack/azurefake", "agentd/stack/gcpfake")(p)
 		},
 		forbidden: func(dep string) bool {
-			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest", "agentd/stack/awsfake", "agentd/stack/azurefake", "agentd/stack/gcpfake", "internal/ocicopy/ocitest", "internal/cosignlayout/cosigntest")(dep)
+			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest", "agentd/stack/awsfake", "agentd/stack/azurefake", "agentd/stack/gcpfake", "internal/ocicopy/ocitest", "internal/cosignlayout/cosigntest", "internal/proctest")(dep)
 		}},
 }
 

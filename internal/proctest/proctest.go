@@ -1,0 +1,98 @@
+//go:build linux
+
+// Package proctest helps tests about processes outliving what started
+// them: whether a pid still runs, a process's parent, and the test
+// binary re-run as a helper that a test can kill outright (as a test
+// binary's timeout does: it panics without running its cleanups).
+package proctest
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// stat returns the fields of /proc/PID/stat after the command's name.
+func stat(pid int) []string {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(st)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+// Alive reports whether pid runs (a zombie, dead but not reaped by a
+// PID 1 that does not reap, does not).
+func Alive(pid int) bool {
+	f := stat(pid)
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// PPID returns pid's parent, or fails t.
+func PPID(t testing.TB, pid int) int {
+	t.Helper()
+	f := stat(pid)
+	if len(f) < 2 {
+		t.Fatalf("no process %d", pid)
+	}
+	p, _ := strconv.Atoi(f[1])
+	return p
+}
+
+// Helper re-runs the test binary with only test name and env set to 1,
+// and returns it running and the first line it printed (its helper
+// mode prints a pid, say, then blocks until killed). The helper is
+// killed at t's end if it still runs.
+func Helper(t testing.TB, name, env string) (*exec.Cmd, string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run", "^"+name+"$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), env+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the helper %s printed nothing: %v", name, err)
+	}
+	return cmd, strings.TrimSpace(line)
+}
+
+// KillAndWaitGone kills helper outright (SIGKILL) and fails t unless
+// every one of pids has stopped running within timeout; any left are
+// killed.
+func KillAndWaitGone(t testing.TB, helper *exec.Cmd, timeout time.Duration, pids ...int) {
+	t.Helper()
+	if err := helper.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	helper.Wait()
+	deadline := time.Now().Add(timeout)
+	for _, pid := range pids {
+		for Alive(pid) {
+			if time.Now().After(deadline) {
+				for _, p := range pids {
+					syscall.Kill(p, syscall.SIGKILL)
+				}
+				t.Fatalf("process %d outlived the test binary that started it (by %s)", pid, timeout)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
