@@ -67,7 +67,12 @@ func (e *egressFlags) build(ctx context.Context, endpoints []string) (*pluginhos
 		if err != nil {
 			return nil, err
 		}
-		eg.Policy.Exceptions = append(eg.Policy.Exceptions, ap)
+		// Once each: the relay listens on every loopback exception inside
+		// the sandbox, and a second listener on one address would fail
+		// every plugin's start.
+		if !slices.Contains(eg.Policy.Exceptions, ap) {
+			eg.Policy.Exceptions = append(eg.Policy.Exceptions, ap)
+		}
 	}
 	for _, ep := range endpoints {
 		aps, err := resolveEndpoint(ctx, ep)

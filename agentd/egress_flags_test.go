@@ -47,7 +47,7 @@ func TestEgressFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	eg, err := parse("--sandbox-egress-deny", "10.9.0.0/16", "--sandbox-egress-allow", "10.0.0.0/8", "--sandbox-egress-port", "443",
-		"--insecure-sandbox-egress-allow", "127.0.0.1:5000").
+		"--insecure-sandbox-egress-allow", "127.0.0.1:5000", "--insecure-sandbox-egress-allow", "127.0.0.1:5000").
 		build(t.Context(), append([]string{"http://127.0.0.1:8080", "oci:/var/lib/byoc/registry", "registry.internal.invalid:5000/x"}, kubeconfigServers(kc)...))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,7 +78,8 @@ func (e *Egress) forwards() []string {
 	}
 	var out []string
 	for _, ap := range e.Policy.Exceptions {
-		if ap.Addr().Is4() && ap.Addr().IsLoopback() {
+		// Each once: the relay cannot listen twice on one address.
+		if ap.Addr().Is4() && ap.Addr().IsLoopback() && !slices.Contains(out, ap.String()) {
 			out = append(out, ap.String())
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -98,7 +99,9 @@ func StartRegistry(tb testing.TB, opts RegistryOptions) *Registry {
 	port := freePort(tb)
 	r := &Registry{Host: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, tb: tb, bin: bin, config: filepath.Join(dir, "config.yml")}
 	hostsMu.Lock()
-	hosts = append(hosts, r.Host)
+	if !slices.Contains(hosts, r.Host) { // a port used again by a later registry
+		hosts = append(hosts, r.Host)
+	}
 	hostsMu.Unlock()
 	secret := make([]byte, 16)
 	rand.Read(secret)
