@@ -144,8 +144,11 @@ func TestLoadStreamsFromTheTar(t *testing.T) {
 		t.Fatalf("a layer was unpacked: %v", err)
 	}
 	// app0's blobs went in during the refused load (nothing referenced
-	// them); app1's layer is sent now.
-	if st.Artifacts != 2 || st.BlobBytes != bundleload.StreamMin+1<<20 || st.ManifestsSent != 2 {
+	// them); app1's layer is sent now, and its config too unless the
+	// refused load had pushed it before stopping (the blobs go in
+	// parallel, so that is a race: a local CI run sent the 185-byte
+	// config here).
+	if min := int64(bundleload.StreamMin + 1<<20); st.Artifacts != 2 || st.BlobBytes < min || st.BlobBytes > min+4096 || st.ManifestsSent != 2 {
 		t.Fatalf("first load: %+v", st)
 	}
 	for i, r := range roots {
