@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/store/pgtest"
 )
 
 // A primary and a synchronous streaming-replication standby, PostgreSQL's
@@ -31,13 +31,16 @@ type pgPair struct {
 	primCmd, standbyCmd *exec.Cmd
 }
 
-// pgCommand runs name as the postgres user when we are root (initdb and
-// postgres refuse root).
-func pgCommand(name string, args ...string) *exec.Cmd {
-	if os.Geteuid() == 0 {
-		return exec.Command("runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
+// pgCommand runs PostgreSQL's program name as pgtest runs its own: as the
+// test binary's child that dies with it, as the postgres user when we are
+// root (initdb and postgres refuse root).
+func (p *pgPair) pgCommand(name string, args ...string) *exec.Cmd {
+	p.t.Helper()
+	cmd, err := pgtest.Command(filepath.Join(p.bin, name), args...)
+	if err != nil {
+		p.t.Fatal(err)
 	}
-	return exec.Command(name, args...)
+	return cmd
 }
 
 func pgBin(t *testing.T) string {
@@ -69,27 +72,16 @@ func freePort(t *testing.T) int {
 func startPGPair(t *testing.T) *pgPair {
 	t.Helper()
 	p := &pgPair{t: t, bin: pgBin(t)}
-	dir, err := os.MkdirTemp("/tmp", "byoc-failover-")
+	dir, err := pgtest.MkdirTemp("byoc-failover-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.dir = dir
 	t.Cleanup(func() { p.stop(); os.RemoveAll(dir) })
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Skip("running as root needs a postgres user")
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
 	p.primary, p.standby = filepath.Join(dir, "primary"), filepath.Join(dir, "standby")
 	p.primPort, p.stbyPort = freePort(t), freePort(t)
 	run := func(name string, args ...string) {
-		if out, err := pgCommand(filepath.Join(p.bin, name), args...).CombinedOutput(); err != nil {
+		if out, err := p.pgCommand(name, args...).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", name, err, out)
 		}
 	}
@@ -120,7 +112,7 @@ func (p *pgPair) start(data string, port int, log string, args ...string) *exec.
 		p.t.Fatal(err)
 	}
 	defer f.Close()
-	cmd := pgCommand(filepath.Join(p.bin, "postgres"), append([]string{"-D", data, "-p", strconv.Itoa(port), "-k", p.dir,
+	cmd := p.pgCommand("postgres", append([]string{"-D", data, "-p", strconv.Itoa(port), "-k", p.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"}, args...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
@@ -148,8 +140,8 @@ func (p *pgPair) waitReady(port int) {
 	})
 }
 
-// postmaster returns the pid in data's postmaster.pid (runuser may sit
-// between the test and it).
+// postmaster returns the pid in data's postmaster.pid, or 0 when there
+// is none (PostgreSQL removes it when it stops).
 func postmaster(data string) int {
 	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
 	if err != nil {

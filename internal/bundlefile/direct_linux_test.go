@@ -35,6 +35,25 @@ func directFile(t *testing.T, dir string, n int) (*os.File, []byte) {
 	return f, data
 }
 
+// directFixture writes n random bytes to a file in a temporary
+// directory, opens it, and opens it for direct I/O (df); it skips t
+// where direct I/O is refused.
+func directFixture(t *testing.T, n int) (f, df *os.File, data []byte) {
+	t.Helper()
+	f, data = directFile(t, t.TempDir(), n)
+	if df = directOpen(f); df == nil {
+		t.Skip("no direct I/O here")
+	}
+	return f, df, data
+}
+
+// hookPread has direct reads go through pread (which may call
+// preadDirect for the real read) until t ends.
+func hookPread(t *testing.T, pread func(f *os.File, buf []byte, off int64) (int, error)) {
+	directPread = pread
+	t.Cleanup(func() { directPread = preadDirect })
+}
+
 // directSupported reports whether dir's file system takes O_DIRECT.
 func directSupported(t *testing.T, dir string) bool {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECT|unix.O_TMPFILE, 0o600)
@@ -106,21 +125,15 @@ func (c readChunks) Read(p []byte) (int, error) { return c.r.Read(p[:min(len(p),
 // TestDirectReaderFallsBack: a direct read refused (EINVAL) midway
 // carries on through the page cache from the same byte.
 func TestDirectReaderFallsBack(t *testing.T) {
-	dir := t.TempDir()
-	f, data := directFile(t, dir, 3*directBlock)
-	df := directOpen(f)
-	if df == nil {
-		t.Skip("no direct I/O here")
-	}
+	f, df, data := directFixture(t, 3*directBlock)
 	calls := 0
-	directPread = func(f *os.File, buf []byte, off int64) (int, error) {
+	hookPread(t, func(f *os.File, buf []byte, off int64) (int, error) {
 		calls++
 		if calls > 1 {
 			return 0, &os.PathError{Op: "read", Path: f.Name(), Err: unix.EINVAL}
 		}
 		return preadDirect(f, buf, off)
-	}
-	t.Cleanup(func() { directPread = preadDirect })
+	})
 	d := &directReader{f: df, fallback: f, pos: 5, end: 3*directBlock - 5}
 	got, err := io.ReadAll(d)
 	if err != nil || !bytes.Equal(got, data[5:3*directBlock-5]) {
@@ -134,12 +147,7 @@ func TestDirectReaderFallsBack(t *testing.T) {
 // TestDirectReaderFileShrank: the tar cut short after Open ends the
 // range early with io.EOF (OpenFile's reader names it tampered).
 func TestDirectReaderFileShrank(t *testing.T) {
-	dir := t.TempDir()
-	f, _ := directFile(t, dir, 2*directBlock)
-	df := directOpen(f)
-	if df == nil {
-		t.Skip("no direct I/O here")
-	}
+	f, df, _ := directFixture(t, 2*directBlock)
 	if err := os.Truncate(f.Name(), directBlock+100); err != nil {
 		t.Fatal(err)
 	}
@@ -154,24 +162,18 @@ func TestDirectReaderFileShrank(t *testing.T) {
 // read in the background (a direct read gets no read-ahead from the
 // kernel), and every block is read once.
 func TestDirectReaderReadsAhead(t *testing.T) {
-	dir := t.TempDir()
-	f, data := directFile(t, dir, 3*directBlock+100)
-	df := directOpen(f)
-	if df == nil {
-		t.Skip("no direct I/O here")
-	}
+	f, df, data := directFixture(t, 3*directBlock+100)
 	var mu sync.Mutex
 	var offs []int64
 	read := make(chan int64, 8)
-	directPread = func(f *os.File, buf []byte, off int64) (int, error) {
+	hookPread(t, func(f *os.File, buf []byte, off int64) (int, error) {
 		mu.Lock()
 		offs = append(offs, off)
 		mu.Unlock()
 		n, err := preadDirect(f, buf, off)
 		read <- off
 		return n, err
-	}
-	t.Cleanup(func() { directPread = preadDirect })
+	})
 	d := &directReader{f: df, fallback: f, pos: 10, end: 3*directBlock + 50}
 	one := make([]byte, 1)
 	if _, err := d.Read(one); err != nil || one[0] != data[10] {
@@ -206,17 +208,12 @@ func TestDirectReaderReadsAhead(t *testing.T) {
 // TestDirectReaderCloseWaitsForReadAhead: Close does not close the
 // descriptor (or pool the buffer) under a read still running.
 func TestDirectReaderCloseWaitsForReadAhead(t *testing.T) {
-	dir := t.TempDir()
-	f, _ := directFile(t, dir, 3*directBlock)
-	df := directOpen(f)
-	if df == nil {
-		t.Skip("no direct I/O here")
-	}
+	f, df, _ := directFixture(t, 3*directBlock)
 	release := make(chan struct{})
 	blocked := make(chan struct{})
 	var lateErr error
 	calls := 0
-	directPread = func(f *os.File, buf []byte, off int64) (int, error) {
+	hookPread(t, func(f *os.File, buf []byte, off int64) (int, error) {
 		calls++
 		if calls == 1 {
 			return preadDirect(f, buf, off)
@@ -226,8 +223,7 @@ func TestDirectReaderCloseWaitsForReadAhead(t *testing.T) {
 		n, err := preadDirect(f, buf, off)
 		lateErr = err
 		return n, err
-	}
-	t.Cleanup(func() { directPread = preadDirect })
+	})
 	d := &directReader{f: df, fallback: f, pos: 0, end: 3 * directBlock}
 	if _, err := d.Read(make([]byte, 10)); err != nil {
 		t.Fatal(err)

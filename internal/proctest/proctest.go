@@ -8,6 +8,7 @@ package proctest
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -72,6 +73,47 @@ func Helper(t testing.TB, name, env string) (*exec.Cmd, string) {
 		t.Fatalf("the helper %s printed nothing: %v", name, err)
 	}
 	return cmd, strings.TrimSpace(line)
+}
+
+// helperEnv marks the helper run of DiesWithTheBinary.
+const helperEnv = "BYOC_PROCTEST_DIES_HELPER"
+
+// helperReport is what DiesWithTheBinary's helper prints, on one line.
+type helperReport struct {
+	Pids      []int    `json:"pids"`
+	Leftovers []string `json:"leftovers"`
+}
+
+// DiesWithTheBinary checks that the processes start starts die with the
+// test binary that started them when it is killed outright. It re-runs
+// the test binary for t's test alone (t must be a top-level test); there
+// it runs start, prints the pids start returns, and blocks until killed.
+// Here it kills that helper, fails t unless every pid has stopped within
+// timeout, and removes the leftovers start returned (the helper's files,
+// which its cleanups, never run, would have removed).
+func DiesWithTheBinary(t *testing.T, timeout time.Duration, start func(t *testing.T) (pids []int, leftovers []string)) {
+	t.Helper()
+	if os.Getenv(helperEnv) != "" {
+		var r helperReport
+		r.Pids, r.Leftovers = start(t)
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println(string(b))
+		select {}
+	}
+	helper, line := Helper(t, t.Name(), helperEnv)
+	var r helperReport
+	if err := json.Unmarshal([]byte(line), &r); err != nil || len(r.Pids) == 0 {
+		t.Fatalf("the helper printed %q", line)
+	}
+	t.Cleanup(func() {
+		for _, p := range r.Leftovers {
+			os.RemoveAll(p)
+		}
+	})
+	KillAndWaitGone(t, helper, timeout, r.Pids...)
 }
 
 // KillAndWaitGone kills helper outright (SIGKILL) and fails t unless

@@ -4,9 +4,7 @@ package pgtest_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"strconv"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,36 +14,22 @@ import (
 	"github.com/byoc-dev/byoc/internal/proctest"
 )
 
-const deathHelperEnv = "BYOC_PGTEST_DEATH_HELPER"
-
-// TestServerDiesWithTheBinaryHelper is the killed test binary of
-// TestServerDiesWithTheBinary: it starts a server, prints the pid of
-// its connection's backend, and waits to be killed.
-func TestServerDiesWithTheBinaryHelper(t *testing.T) {
-	if os.Getenv(deathHelperEnv) == "" {
-		t.Skip("run by TestServerDiesWithTheBinary")
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pgtest.Start(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Println(pid)
-	select {}
-}
-
 // TestServerDiesWithTheBinary: a test binary killed outright (as a
 // timeout's panic skips every cleanup) leaves no PostgreSQL behind: its
 // postmaster and backends die with it.
 func TestServerDiesWithTheBinary(t *testing.T) {
-	helper, line := proctest.Helper(t, "TestServerDiesWithTheBinaryHelper", deathHelperEnv)
-	backend, err := strconv.Atoi(line)
-	if err != nil {
-		t.Fatalf("the helper printed %q", line)
-	}
-	proctest.KillAndWaitGone(t, helper, 20*time.Second, proctest.PPID(t, backend), backend)
+	proctest.DiesWithTheBinary(t, 20*time.Second, func(t *testing.T) ([]int, []string) {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, pgtest.Start(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var backend int
+		var data string
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid(), current_setting('data_directory')").Scan(&backend, &data); err != nil {
+			t.Fatal(err)
+		}
+		// The server's temporary directory holds its data directory.
+		return []int{proctest.PPID(t, backend), backend}, []string{filepath.Dir(data)}
+	})
 }

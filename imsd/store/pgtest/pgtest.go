@@ -149,17 +149,67 @@ type server struct {
 	once   sync.Once
 }
 
-// command runs name as the postgres user when we are root: initdb and
-// postgres refuse to run as root.
-func command(name string, args ...string) *exec.Cmd {
-	if os.Geteuid() == 0 {
-		return exec.Command("runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
+// Command returns a command that runs the PostgreSQL program path (initdb,
+// postgres, pg_basebackup, ...) with args as this process's own child,
+// killed when this process dies (Pdeathsig): a test binary killed, or
+// panicking on its timeout without running its cleanups, leaves no
+// PostgreSQL behind (runuser's child would outlive it). When this process
+// is root, the program runs as the postgres user: initdb and postgres
+// refuse root. Its files go in a directory from MkdirTemp.
+func Command(path string, args ...string) (*exec.Cmd, error) {
+	cred, err := credential()
+	if err != nil {
+		return nil, err
 	}
-	return exec.Command(name, args...)
+	cmd := exec.Command(path, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	return cmd, nil
+}
+
+// MkdirTemp creates a new directory in /tmp (pattern as os.MkdirTemp's)
+// that the programs of Command can write: owned by the postgres user when
+// this process is root.
+func MkdirTemp(pattern string) (string, error) {
+	cred, err := credential()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("/tmp", pattern)
+	if err != nil {
+		return "", err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// credential returns the postgres user's when this process is root, nil
+// (this process's own) otherwise.
+func credential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs a postgres user: %w", err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("the postgres user's uid %q: %w", u.Uid, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("the postgres user's gid %q: %w", u.Gid, err)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
 func startServer(bin string) (_ *server, err error) {
-	dir, err := os.MkdirTemp("/tmp", "byoc-pgtest-")
+	dir, err := MkdirTemp("byoc-pgtest-")
 	if err != nil {
 		return nil, err
 	}
@@ -168,23 +218,13 @@ func startServer(bin string) (_ *server, err error) {
 			os.RemoveAll(dir)
 		}
 	}()
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root needs a postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, err
-		}
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
-	}
 	s := &server{dir: dir, data: filepath.Join(dir, "data"), exited: make(chan struct{})}
-	out, err := command(filepath.Join(bin, "initdb"), "-D", s.data, "-U", "postgres", "--auth=trust",
-		"--no-sync", "-E", "UTF8", "--locale=C").CombinedOutput()
+	initdb, err := Command(filepath.Join(bin, "initdb"), "-D", s.data, "-U", "postgres", "--auth=trust",
+		"--no-sync", "-E", "UTF8", "--locale=C")
 	if err != nil {
+		return nil, err
+	}
+	if out, err := initdb.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
 	if s.port, err = freePort(); err != nil {
@@ -197,16 +237,14 @@ func startServer(bin string) (_ *server, err error) {
 	}
 	defer logf.Close()
 	// A throwaway server: durability off, room for the connection pools
-	// of several stores.
-	// The postmaster is this process's own child (not runuser's, whose
-	// child would outlive it) and dies with it (Pdeathsig): a test binary
-	// killed, or panicking on its timeout without running its cleanups,
-	// leaves no server behind (its backends exit when the postmaster
-	// does).
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", s.data, "-p", strconv.Itoa(s.port), "-k", dir,
+	// of several stores. The postmaster dies with this process (Command);
+	// its backends exit when it does.
+	s.cmd, err = Command(filepath.Join(bin, "postgres"), "-D", s.data, "-p", strconv.Itoa(s.port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=300")
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	if err != nil {
+		return nil, err
+	}
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
