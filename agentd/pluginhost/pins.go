@@ -181,10 +181,12 @@ func (f Refusal) Digest() string {
 }
 
 // RefusedError is a Fetch error refusing a release (it is ErrRefused)
-// whose version the agent read.
+// whose version (and type) the agent read.
 type RefusedError struct {
 	Version string
-	Err     error
+	// Type is the release's type, when the agent read it.
+	Type string
+	Err  error
 }
 
 func (e *RefusedError) Error() string        { return ErrRefused.Error() + ": " + e.Err.Error() }
