@@ -88,6 +88,29 @@ func (e *egressFlags) build(ctx context.Context, endpoints []string) (*pluginhos
 	return eg, nil
 }
 
+// insecureWarning is the warning agentd prints when
+// --insecure-sandbox-egress-allow is given (and the sandbox is on):
+// each address once, in the order first given, in the form the proxy
+// holds it (a flag repeated, or ::ffff:127.0.0.1:5000 beside
+// 127.0.0.1:5000, is one exception). "" when the flag is not given.
+func (e *egressFlags) insecureWarning() string {
+	var list []string
+	for _, s := range e.insecureAdd {
+		// build refused an address that does not parse before this is
+		// printed; one that does not is listed as given.
+		if ap, err := egress.ParseException("--insecure-sandbox-egress-allow", s); err == nil {
+			s = ap.String()
+		}
+		if !slices.Contains(list, s) {
+			list = append(list, s)
+		}
+	}
+	if len(list) == 0 {
+		return ""
+	}
+	return "agentd: WARNING: --insecure-sandbox-egress-allow: every plugin can reach " + strings.Join(list, ", ")
+}
+
 // resolveEndpoint finds the addresses and port of a configured endpoint:
 // a URL, or HOST[:PORT][/PATH] (https). An empty one, an oci: layout or
 // a name that does not resolve yields none.

@@ -108,3 +108,34 @@ func TestLedgerSettingsFromStackConfig(t *testing.T) {
 		}
 	}
 }
+
+// agentd warns of --insecure-sandbox-egress-allow listing each address
+// once, however often it was given (the proxy holds it once too): a run
+// of agentd itself, which prints the warning before it finds it holds no
+// identity and exits.
+func TestInsecureEgressWarningListsEachOnce(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stderr := os.Stderr
+	os.Stderr = f
+	code := run(t.Context(), []string{"--ims", "http://127.0.0.1:1", "--state-dir", t.TempDir(), "--sandbox", "bubblewrap",
+		"--insecure-sandbox-egress-allow", "127.0.0.1:5000", "--insecure-sandbox-egress-allow", "[::1]:6000",
+		"--insecure-sandbox-egress-allow", "127.0.0.1:5000", "--insecure-sandbox-egress-allow", "[::ffff:127.0.0.1]:5000"})
+	os.Stderr = stderr
+	out, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warning string
+	for line := range strings.Lines(string(out)) {
+		if strings.Contains(line, "WARNING: --insecure-sandbox-egress-allow") {
+			warning = strings.TrimSpace(line)
+		}
+	}
+	if want := "agentd: WARNING: --insecure-sandbox-egress-allow: every plugin can reach 127.0.0.1:5000, [::1]:6000"; warning != want || code == 0 {
+		t.Fatalf("agentd exited %d; its warning:\n%s\nwant:\n%s\nall it printed:\n%s", code, warning, want, out)
+	}
+}

@@ -671,8 +671,8 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 		fmt.Fprintln(os.Stderr, w)
 		log.Warn("vendor code network is the HOST's (--sandbox-network=host)")
 	}
-	if len(egressOpts.insecureAdd) > 0 && !insecureNoSandbox {
-		fmt.Fprintf(os.Stderr, "agentd: WARNING: --insecure-sandbox-egress-allow: every plugin can reach %s\n", strings.Join(egressOpts.insecureAdd, ", "))
+	if w := egressOpts.insecureWarning(); w != "" && !insecureNoSandbox {
+		fmt.Fprintln(os.Stderr, w)
 	}
 	if !insecureNoSandbox {
 		log.Info("vendor code network", "network", loader.DescribeNetwork())

@@ -51,7 +51,9 @@ over a --plugin-pin flag for the same type.
                              then its binary for this machine (--platform)
                              is installed under DIR/plugins and pinned. An
                              upgrade is an install of the new digest: the
-                             running agent uses it for the next job.
+                             running agent uses it for the next job. A
+                             refused release is recorded in the agent's
+                             journal (supply_chain.refused; agentd audit).
 
 Without a word after "plugin" that is one of these, "agentd plugin TYPE"
 serves a built-in type (the agent runs that itself).

@@ -5,17 +5,22 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/plugindist"
 )
@@ -61,18 +66,18 @@ func (ri *releaseInstaller) install(ctx context.Context, repository string, dg d
 		return installed{}, err
 	}
 	if typ != "" && m.Type != typ {
-		return installed{}, &pluginhost.RefusedError{Version: m.Version, Err: fmt.Errorf("the release %s is a plugin of type %s, pinned for type %s", at, m.Type, typ)}
+		return installed{}, &pluginhost.RefusedError{Version: m.Version, Type: m.Type, Err: fmt.Errorf("the release %s is a plugin of type %s, pinned for type %s", at, m.Type, typ)}
 	}
 	keyID, err := plugindist.Verify(ctx, repo, m, ri.trusted)
 	if err != nil {
-		return installed{}, &pluginhost.RefusedError{Version: m.Version, Err: err}
+		return installed{}, &pluginhost.RefusedError{Version: m.Version, Type: m.Type, Err: err}
 	}
 	bin, err := plugindist.FetchBinary(ctx, repo, m, ri.platform)
 	if err != nil {
-		return installed{}, &pluginhost.RefusedError{Version: m.Version, Err: err}
+		return installed{}, &pluginhost.RefusedError{Version: m.Version, Type: m.Type, Err: err}
 	}
 	if h := sha256.Sum256(bin); want != "" && want != hex.EncodeToString(h[:]) {
-		return installed{}, &pluginhost.RefusedError{Version: m.Version, Err: fmt.Errorf("plugin %s %s (%s): its %s binary has sha256 %x, but the pin says %s", m.Type, m.Version, dg, ri.platform, h, want)}
+		return installed{}, &pluginhost.RefusedError{Version: m.Version, Type: m.Type, Err: fmt.Errorf("plugin %s %s (%s): its %s binary has sha256 %x, but the pin says %s", m.Type, m.Version, dg, ri.platform, h, want)}
 	}
 	root := filepath.Join(ri.stateDir, pluginhost.InstallDirName)
 	path, sum, err := pluginhost.InstallBinary(root, m.Type, bin)
@@ -169,6 +174,20 @@ func installCmd(ctx context.Context, stateDir, registry, platform, refArg string
 	}
 	ri := &releaseInstaller{stateDir: stateDir, registry: reg, creds: credsFromEnv("BYOC_INSTALL_REGISTRY"),
 		platform: platform, trusted: id.IMSDKeys, by: whoami(), now: func() time.Time { return now }}
+	// A failure that is a refusal of the release itself (not of the
+	// registry's reachability) is also recorded in the agent's journal.
+	refuse := func(err error) int {
+		code := fail(err)
+		if !isRefusal(err) {
+			return code
+		}
+		if jerr := journalInstallRefusal(stateDir, id.AgentID, ref, ri.by, err, now); jerr != nil {
+			fmt.Fprintf(stderr, "agentd plugin install: the refusal could not be recorded in the agent's journal: %v\n", jerr)
+		} else {
+			fmt.Fprintf(stderr, "agentd plugin install: the refusal is recorded in the agent's journal (%s; agentd audit)\n", agent.KindSupplyChainRefused)
+		}
+		return code
+	}
 	// Custody: the release, with its signatures (referrers), goes into
 	// the install registry by digest, and is installed from there.
 	if ref.Registry != reg {
@@ -183,12 +202,12 @@ func installCmd(ctx context.Context, stateDir, registry, platform, refArg string
 		}
 		defer dst.Close()
 		if _, err := ocicopy.Copy(ctx, src, dst, ref.Digest, ocicopy.Options{}); err != nil {
-			return fail(fmt.Errorf("copy %s into the install registry %s: %w", refArg, reg, err))
+			return refuse(fmt.Errorf("copy %s into the install registry %s: %w", refArg, reg, err))
 		}
 	}
 	res, err := ri.install(ctx, ref.Repository, ref.Digest, "", "", ref.String())
 	if res.m == nil {
-		return fail(err)
+		return refuse(err)
 	} else if err != nil {
 		fmt.Fprintf(stderr, "agentd plugin install: %v\n", err)
 	}
@@ -200,6 +219,46 @@ func installCmd(ctx context.Context, stateDir, registry, platform, refArg string
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "a running agentd runs it from its next job of that type (no restart)")
 	return 0
+}
+
+// isRefusal reports whether err refuses a release for what it is (its
+// signature, a digest, its type, not a plugin release), rather than
+// failing to reach it.
+func isRefusal(err error) bool {
+	return errors.Is(err, pluginhost.ErrRefused) || errors.Is(err, plugindist.ErrNotRelease) || errors.Is(err, ocicopy.ErrDigestMismatch)
+}
+
+// journalInstallRefusal records in the agent's journal (STATE/audit/
+// agent.jsonl) that agentd plugin install refused the release ref, as the
+// running agent records its refusal of a pinned release
+// (supply_chain.refused, subject plugin:TYPE, rule release; subject
+// plugin-release:REF when the type was not read), with who asked
+// (installed_by) and the command. The journal takes records from the
+// running agent and from this command at once (auditlog's lock). It is
+// not kept in STATE/plugin-refusals.json: that file holds the refusals
+// of the releases the pins name, and a refused install changes no pin.
+func journalInstallRefusal(stateDir, agentID string, ref ocicopy.Reference, by string, err error, now time.Time) error {
+	var typ, version string
+	if re := (*pluginhost.RefusedError)(nil); errors.As(err, &re) {
+		typ, version = re.Type, re.Version
+	}
+	subject := "plugin:" + typ
+	if typ == "" {
+		subject = "plugin-release:" + ref.String()
+	}
+	data, err2 := auditlog.EncodeData(map[string]string{"type": typ, "artifact": ref.String(), "digest": ref.Digest.String(),
+		"version": version, "rule": agent.RulePluginRelease, "reason": strings.TrimPrefix(err.Error(), pluginhost.ErrRefused.Error()+": "),
+		"installed_by": by, "command": "agentd plugin install"})
+	if err2 != nil {
+		return err2
+	}
+	j, err := auditlog.Open(filepath.Join(auditlog.Dir(stateDir), auditlog.AgentFile), auditlog.AgentChain(agentID))
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	_, err = j.Add(auditchain.Record{At: now.UnixNano(), Kind: agent.KindSupplyChainRefused, Actor: "agent:" + agentID, Subject: subject, Data: data})
+	return err
 }
 
 // credsFromEnv reads a registry's credentials from PREFIX_USERNAME,

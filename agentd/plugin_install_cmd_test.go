@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +19,10 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/plugindist"
@@ -193,6 +196,21 @@ func TestPluginInstallFromVendorRegistry(t *testing.T) {
 	if _, err := plugindist.Sign(ctx, otherRepo, moved, "greeting", "0.2.0", imsdKey); err != nil {
 		t.Fatal(err)
 	}
+	// The running agent holds its journal open and writes to it between
+	// the refusals the command records there.
+	journal := filepath.Join(auditlog.Dir(state), auditlog.AgentFile)
+	daemon, err := auditlog.Open(journal, auditlog.AgentChain("agt_test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer daemon.Close()
+	daemonNote := func() {
+		t.Helper()
+		if _, err := daemon.Add(auditchain.Record{At: now.UnixNano(), Kind: "agent.note", Actor: "agent:agt_test", Subject: "install:ins_1", Data: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	daemonNote()
 	for _, tc := range []struct{ name, ref, want string }{
 		{"unsigned", refOf(unsigned), "refused: plugin greeting 0.3.0 (" + unsigned.Digest.String() + "): no signature by a trusted key (trusted: keys " + agentproto.KeyID(imsdPub) + "); it has no signature"},
 		{"untrusted key", "oci://" + vendor.Host + "/plugins/other@" + foreign.Digest.String(), "no signature by a trusted key (trusted: keys " + agentproto.KeyID(imsdPub) + "); its signatures: key " + agentproto.KeyID(otherKey.Public().(ed25519.PublicKey)) + " (not trusted)"},
@@ -205,6 +223,7 @@ func TestPluginInstallFromVendorRegistry(t *testing.T) {
 			if code == 0 || !strings.Contains(errOut, tc.want) {
 				t.Fatalf("install %s: %d\n%s%s\nwant %q", tc.ref, code, out, errOut, tc.want)
 			}
+			daemonNote()
 		})
 	}
 
@@ -225,6 +244,75 @@ func TestPluginInstallFromVendorRegistry(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "refused: plugin greeting 0.2.0 ("+md2.Digest.String()+"): the "+runtime.GOOS+"/"+runtime.GOARCH+" binary sha256:"+binDigest) ||
 		!strings.Contains(errOut, "mismatch") {
 		t.Fatalf("install of tampered content: %d\n%s%s", code, out, errOut)
+	}
+	// An agent release (signed by imsd's key) is no plugin release:
+	// refused before a plugin type is read.
+	agentRepo, err := ocicopy.Open(ctx, reg, "agent", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentRel, err := plugindist.PushAgent(ctx, agentRepo, "1.0.0", plugindist.AgentRelease{Version: "1.0.0",
+		Binaries: map[string]map[string][]byte{runtime.GOOS + "/" + runtime.GOARCH: {"agentd": bin1, "byoc-plugins": bin2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plugindist.Sign(ctx, agentRepo, agentRel, plugindist.AgentType, "1.0.0", imsdKey); err != nil {
+		t.Fatal(err)
+	}
+	agentRef := "oci://" + vendor.Host + "/agent@" + agentRel.Digest.String()
+	if code, out, errOut := install(agentRef); code == 0 || !strings.Contains(errOut, "is not a plugin release") {
+		t.Fatalf("install of an agent release: %d\n%s%s", code, out, errOut)
+	}
+
+	// Each refusal is in the agent's journal (supply_chain.refused, as the
+	// agent's refusal of a pinned release), between the running agent's
+	// own records, one chain; a failure to reach the release (no such
+	// digest) and a bad argument (a tag) are not refusals.
+	rs, err := auditlog.ReadFile(journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := auditchain.Verify(rs); p != nil {
+		t.Fatalf("the agent's journal: %v", p)
+	}
+	type refusal struct{ subject, typ, version, digest, reason string }
+	var got []refusal
+	for _, r := range rs {
+		if r.Kind != "supply_chain.refused" {
+			continue
+		}
+		var d map[string]string
+		if err := json.Unmarshal([]byte(r.Data), &d); err != nil {
+			t.Fatal(err)
+		}
+		if r.Actor != "agent:agt_test" || d["rule"] != "release" || d["command"] != "agentd plugin install" || d["installed_by"] == "" ||
+			!strings.HasSuffix(d["artifact"], "@"+d["digest"]) || strings.HasPrefix(d["reason"], "refused:") {
+			t.Errorf("refusal record: %s %+v", r.Actor, d)
+		}
+		got = append(got, refusal{r.Subject, d["type"], d["version"], d["digest"], d["reason"]})
+	}
+	want := []refusal{
+		{"plugin:greeting", "greeting", "0.3.0", unsigned.Digest.String(), "no signature by a trusted key"},
+		{"plugin:greeting", "greeting", "0.4.0", foreign.Digest.String(), "(not trusted)"},
+		{"plugin:greeting", "greeting", "0.3.0", moved.Digest.String(), "the signature does not match the artifact"},
+		{"plugin:greeting", "greeting", "0.2.0", md2.Digest.String(), "mismatch"},
+		{"plugin-release:" + strings.TrimPrefix(agentRef, "oci://"), "", "", agentRel.Digest.String(), "is not a plugin release"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("refusals in the journal:\n%+v\nwant:\n%+v", got, want)
+	}
+	for i, w := range want {
+		if g := got[i]; g.subject != w.subject || g.typ != w.typ || g.version != w.version || g.digest != w.digest || !strings.Contains(g.reason, w.reason) {
+			t.Errorf("refusal %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if n := len(rs) - len(got); n != 6 {
+		t.Errorf("the running agent's records: %d, want 6", n)
+	}
+	// A refused install changes no pin, so it is not among the refusals
+	// of pinned releases the agent reports to imsd.
+	if _, err := os.Stat(filepath.Join(state, pluginhost.RefusalsFileName)); !os.IsNotExist(err) {
+		t.Errorf("a refused install wrote %s: %v", pluginhost.RefusalsFileName, err)
 	}
 
 	after, _ := os.ReadFile(filepath.Join(state, pluginhost.PinFileName))

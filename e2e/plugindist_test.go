@@ -20,6 +20,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/server"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -204,15 +205,28 @@ func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refusals []map[string]string
+	// The refused agentd plugin install of 0.3.0 is there too, written by
+	// the command while the agent ran: one chain.
+	if p := auditchain.Verify(rs); p != nil {
+		t.Fatalf("the agent's journal: %v", p)
+	}
+	var refusals, installRefusals []map[string]string
 	for _, r := range rs {
 		if r.Kind == "supply_chain.refused" && r.Subject == "plugin:greeting" {
 			var d map[string]string
 			if err := json.Unmarshal([]byte(r.Data), &d); err != nil {
 				t.Fatal(err)
 			}
-			refusals = append(refusals, d)
+			if d["command"] == "agentd plugin install" {
+				installRefusals = append(installRefusals, d)
+			} else {
+				refusals = append(refusals, d)
+			}
 		}
+	}
+	if len(installRefusals) != 1 || installRefusals[0]["version"] != "0.3.0" || installRefusals[0]["digest"] != digest3 ||
+		installRefusals[0]["artifact"] != strings.TrimPrefix(ref3, "oci://") || !strings.Contains(installRefusals[0]["reason"], "no signature by a trusted key") {
+		t.Fatalf("the agent's journal of the refused install: %v", installRefusals)
 	}
 	if len(refusals) != 1 || refusals[0]["type"] != "greeting" || refusals[0]["version"] != "0.3.0" || refusals[0]["digest"] != digest3 ||
 		refusals[0]["rule"] != "release" || !strings.Contains(refusals[0]["reason"], "no signature by a trusted key") {

@@ -7,9 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -163,5 +166,134 @@ func TestPluginRefusalJournalledOnceAndKept(t *testing.T) {
 	}
 	if r := report(a); r.Verdict == "refused" {
 		t.Fatalf("still refused after the install: %v", r)
+	}
+}
+
+// A refusal of a pinned release ends with its pin: when the customer
+// installs that release after all (agentd plugin install verified and
+// pinned it: another process, so no Fetch of the agent's accepts it), the
+// agent's report says verified (imsd then records agent.plugin_verified)
+// and its journal supply_chain.verified, once, even across a restart;
+// when the customer re-pins the type to another release (while the agent
+// runs, or while it is stopped), the old refusal leaves the refusals
+// file and the report, with nothing journalled as verified.
+func TestPluginRefusalEndsWithItsPin(t *testing.T) {
+	dir := t.TempDir()
+	saveTestIdentity(t, dir)
+	path := filepath.Join(dir, pluginhost.PinFileName)
+	const r1, r2, r3 = "oci:/reg/plugins/greeting@sha256:3a0f", "oci:/reg/plugins/greeting@sha256:4b1e", "oci:/reg/plugins/greeting@sha256:5c2d"
+	pin := func(p pluginhost.Pin) {
+		t.Helper()
+		if err := pluginhost.UpdatePins(path, func(pf *pluginhost.PinFile, _ error) error {
+			pf.Pins["greeting"] = p
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pin(pluginhost.Pin{OCI: r1, PinnedBy: "alice"})
+	why := "plugin greeting 0.3.0 (sha256:3a0f): no signature by a trusted key"
+	start := func() (*Agent, *pluginhost.Loader) {
+		t.Helper()
+		w := &pluginhost.PinWatcher{Path: path}
+		a, err := New(context.Background(), Config{IMSURL: "http://127.0.0.1:1", StateDir: dir, Runner: &runRecorder{},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PinWatcher: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.journal.Close(); a.auditCopy.Close() })
+		return a, &pluginhost.Loader{PinWatcher: w, Fetch: func(ctx context.Context, typ string, p pluginhost.Pin) (pluginhost.Pin, error) {
+			return pluginhost.Pin{}, &pluginhost.RefusedError{Version: "0.3.0", Err: errors.New(why)}
+		}}
+	}
+	refusedJob := func(l *pluginhost.Loader) {
+		t.Helper()
+		if _, err := l.Start(context.Background(), "greeting", pluginhost.StartOptions{WorkDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), why) {
+			t.Fatalf("a job of the refused release: %v", err)
+		}
+	}
+	kinds := func() []string {
+		t.Helper()
+		var out []string
+		for _, r := range agentJournal(t, dir) {
+			if strings.HasPrefix(r.Kind, "supply_chain.") && r.Subject == "plugin:greeting" {
+				out = append(out, r.Kind)
+			}
+		}
+		return out
+	}
+	report := func(a *Agent) *agentv1.PluginRelease {
+		t.Helper()
+		r := a.pluginReport()
+		if r == nil || len(r.Releases) != 1 {
+			t.Fatalf("plugin report: %v", r)
+		}
+		return r.Releases[0]
+	}
+	refusalsFile := func() string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, pluginhost.RefusalsFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+
+	a, l := start()
+	refusedJob(l)
+	if r := report(a); r.Verdict != "refused" || !strings.Contains(refusalsFile(), r1) {
+		t.Fatalf("after the refusal: report %v, refusals file %s", r, refusalsFile())
+	}
+	// agentd plugin install of r1, now verified (the vendor's key is
+	// trusted): it pins r1 installed.
+	pin(pluginhost.Pin{SHA256: strings.Repeat("ab", 32), PinnedAt: time.Now().UTC(), PinnedBy: "alice", OCI: r1, Version: "0.3.0",
+		SignedBy: "k1", Installed: filepath.Join(dir, "plugins", "greeting-x", "byoc-plugin-greeting")})
+	if r := report(a); r.Verdict != "verified" || r.KeyId != "k1" || r.Reason != "" {
+		t.Fatalf("after agentd plugin install of the refused release: report %v", r)
+	}
+	if got := kinds(); !slices.Equal(got, []string{KindSupplyChainRefused, KindSupplyChainVerified}) {
+		t.Fatalf("journal after the install: %v", got)
+	}
+	wantJournal(t, dir, KindSupplyChainVerified, "plugin:greeting", why)
+	if f := refusalsFile(); strings.Contains(f, "greeting") {
+		t.Fatalf("the refusals file still holds it: %s", f)
+	}
+	a.journal.Close()
+	a.auditCopy.Close()
+	a, _ = start()
+	if r := report(a); r.Verdict != "verified" {
+		t.Fatalf("after a restart: %v", r)
+	}
+	if got := kinds(); len(got) != 2 {
+		t.Fatalf("a restart journalled again: %v", got)
+	}
+
+	// Re-pinned while the agent runs: r2 is refused, then the type is
+	// pinned to r3.
+	pin(pluginhost.Pin{OCI: r2, PinnedBy: "alice"})
+	a, l = start()
+	refusedJob(l)
+	if r := report(a); r.Verdict != "refused" || r.Release != r2 {
+		t.Fatalf("r2: %v", r)
+	}
+	pin(pluginhost.Pin{OCI: r3, PinnedBy: "alice"})
+	if r := report(a); r.Verdict != "" || r.Release != r3 || strings.Contains(refusalsFile(), r2) {
+		t.Fatalf("re-pinned to r3: report %v, refusals file %s", r, refusalsFile())
+	}
+	// Re-pinned while the agent is stopped: r3 is refused, the agent
+	// stops, the type is pinned back to r2, the agent starts.
+	refusedJob(l)
+	if !strings.Contains(refusalsFile(), r3) {
+		t.Fatalf("r3's refusal is not kept: %s", refusalsFile())
+	}
+	a.journal.Close()
+	a.auditCopy.Close()
+	pin(pluginhost.Pin{OCI: r2, PinnedBy: "alice"})
+	a, _ = start()
+	if r := report(a); r.Verdict != "" || r.Release != r2 || strings.Contains(refusalsFile(), "greeting") {
+		t.Fatalf("re-pinned while stopped: report %v, refusals file %s", r, refusalsFile())
+	}
+	if got := kinds(); !slices.Equal(got, []string{KindSupplyChainRefused, KindSupplyChainVerified, KindSupplyChainRefused, KindSupplyChainRefused}) {
+		t.Fatalf("journal: %v", got)
 	}
 }

@@ -8,6 +8,13 @@
 //
 // Files are appended and synced, never rewritten; a torn last line (a
 // crash mid-append) is cut off when the agent opens the file again.
+//
+// A file may have more than one writer: the running agent, and a
+// command of the customer's that records what it refused while the agent
+// runs (agentd plugin install). Every append holds an exclusive lock of
+// the file (flock) and first reads again the file's last record when the
+// file grew since this Log's last append, so each record follows the
+// one on disk before it, whoever wrote that.
 package auditlog
 
 import (
@@ -21,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/internal/auditchain"
@@ -81,6 +89,10 @@ type Log struct {
 	chain string
 	f     *os.File
 	head  *auditchain.Record
+	// end is where the file's complete lines end as this Log last saw
+	// it: its next record goes there, unless another writer appended
+	// since (refreshLocked).
+	end int64
 	// seen indexes recent records by kind, subject and a data value
 	// (Find); it is bounded by maxIndex.
 	seen  map[findKey]int64
@@ -121,28 +133,18 @@ func Open(path, chain string) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
-	fi, err := f.Stat()
+	// Another writer's append under way is not a torn line: the file's
+	// end is read under the lock every writer holds while it appends.
+	unlock, err := lockFile(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	head, end, err := lastRecord(f)
+	head, end, err := readEnd(f)
+	unlock()
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("audit log %s: %w", path, err)
-	}
-	if end < fi.Size() {
-		// A torn last line: cut off, and the cut made durable before a
-		// record follows, so that a power cut cannot bring it back
-		// between the head and the next record.
-		if err := f.Truncate(end); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("audit log %s: cut off a torn last line: %w", path, err)
-		}
-		if err := fsync(f); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("audit log %s: sync after cutting off a torn last line: %w", path, err)
-		}
 	}
 	// A new file (and a new directory) made durable in its directory:
 	// records synced into a file whose entry a power cut loses are lost.
@@ -159,12 +161,74 @@ func Open(path, chain string) (*Log, error) {
 			return nil, fmt.Errorf("audit log %s: %w", path, err)
 		}
 	}
-	if _, err := f.Seek(end, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("audit log %s: %w", path, err)
-	}
-	l := &Log{path: path, chain: chain, f: f, seen: map[findKey]int64{}, head: head}
+	l := &Log{path: path, chain: chain, f: f, seen: map[findKey]int64{}, head: head, end: end}
 	return l, nil
+}
+
+// lockFile takes f's exclusive lock, which every writer of the file
+// holds while it appends, and returns its release.
+func lockFile(f *os.File) (unlock func(), err error) {
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }, nil
+}
+
+// readEnd returns f's last complete record and where the complete lines
+// end, after cutting off a torn last line (a writer that crashed
+// mid-append), the cut made durable before a record follows, so that a
+// power cut cannot bring it back between the head and the next record.
+// f's lock is held.
+func readEnd(f *os.File) (*auditchain.Record, int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	head, end, err := lastRecord(f)
+	if err != nil {
+		return nil, 0, err
+	}
+	if end < fi.Size() {
+		if err := f.Truncate(end); err != nil {
+			return nil, 0, fmt.Errorf("cut off a torn last line: %w", err)
+		}
+		if err := fsync(f); err != nil {
+			return nil, 0, fmt.Errorf("sync after cutting off a torn last line: %w", err)
+		}
+	}
+	return head, end, nil
+}
+
+// refreshLocked takes the file's lock and, when the file is no longer
+// as this Log left it (another writer appended), reads its last record
+// again, the head the next record follows. l.mu is held; the returned
+// function releases the file's lock.
+func (l *Log) refreshLocked() (unlock func(), err error) {
+	unlock, err = lockFile(l.f)
+	if err != nil {
+		return nil, fmt.Errorf("audit log %s: %w", l.path, err)
+	}
+	fi, err := l.f.Stat()
+	if err == nil && fi.Size() == l.end {
+		return unlock, nil
+	}
+	var head *auditchain.Record
+	var end int64
+	if err == nil {
+		head, end, err = readEnd(l.f)
+	}
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("audit log %s: %w", l.path, err)
+	}
+	l.head, l.end = head, end
+	return unlock, nil
 }
 
 // lastRecord returns f's last complete record (nil for none) and where
@@ -241,6 +305,14 @@ func (e *MismatchError) Error() string {
 func (l *Log) AppendCopy(rs []auditchain.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.broken != nil {
+		return l.broken
+	}
+	unlock, err := l.refreshLocked()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	var take []auditchain.Record
 	head := l.head
 	var bad error
@@ -280,10 +352,19 @@ func (l *Log) AppendCopy(rs []auditchain.Record) error {
 }
 
 // Add appends one record of the agent's own, chained to the file's head
-// (seq, prev and hash set here), and syncs it.
+// (seq, prev and hash set here), and syncs it. The head is the file's
+// last record, whichever writer appended it.
 func (l *Log) Add(r auditchain.Record) (auditchain.Record, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.broken != nil {
+		return auditchain.Record{}, l.broken
+	}
+	unlock, err := l.refreshLocked()
+	if err != nil {
+		return auditchain.Record{}, err
+	}
+	defer unlock()
 	r.Chain = l.chain
 	r = auditchain.Next(l.head, r)
 	if err := l.writeLocked([]auditchain.Record{r}); err != nil {
@@ -307,7 +388,7 @@ func (l *Log) writeLocked(rs []auditchain.Record) error {
 			return fmt.Errorf("audit log %s: %w", l.path, err)
 		}
 	}
-	if _, err := l.f.Write(buf.Bytes()); err != nil {
+	if _, err := l.f.WriteAt(buf.Bytes(), l.end); err != nil {
 		l.broken = fmt.Errorf("audit log %s: write: %w", l.path, err)
 		return l.broken
 	}
@@ -320,6 +401,7 @@ func (l *Log) writeLocked(rs []auditchain.Record) error {
 	}
 	h := rs[len(rs)-1]
 	l.head = &h
+	l.end += int64(buf.Len())
 	return nil
 }
 

@@ -172,6 +172,11 @@ type Refusal struct {
 	Version string    `json:"version,omitempty"`
 	Reason  string    `json:"reason"`
 	At      time.Time `json:"at"`
+	// PinSHA256 and PinnedAt are the pin's when the release was refused:
+	// a pin of the same release installed since (agentd plugin install)
+	// has others, and ends the refusal (reconcileLocked).
+	PinSHA256 string    `json:"pin_sha256,omitempty"`
+	PinnedAt  time.Time `json:"pinned_at,omitzero"`
 }
 
 // Digest is the refused release's digest (OCI's, after the @).
@@ -181,10 +186,12 @@ func (f Refusal) Digest() string {
 }
 
 // RefusedError is a Fetch error refusing a release (it is ErrRefused)
-// whose version the agent read.
+// whose version (and type) the agent read.
 type RefusedError struct {
 	Version string
-	Err     error
+	// Type is the release's type, when the agent read it.
+	Type string
+	Err  error
 }
 
 func (e *RefusedError) Error() string        { return ErrRefused.Error() + ": " + e.Err.Error() }
@@ -399,7 +406,44 @@ func (w *PinWatcher) File() (PinFile, error) {
 	if len(changes) > 0 && w.OnChange != nil {
 		w.OnChange(changes)
 	}
+	// The refusals file is the agent's; a failure to write it leaves the
+	// refusals held right (in memory) and is tried again with the next
+	// change.
+	_ = w.reconcileLocked(pf)
 	return pf, nil
+}
+
+// reconcileLocked ends the refusals the pins pf no longer bear out, as
+// the pin file is read (at start, and whenever it changes): a refusal of
+// a release the type's pin no longer names (re-pinned to another
+// release, or unpinned), and one of a release the pin names installed
+// since it was refused (agentd plugin install verified and pinned it:
+// told to OnRefusal as accepted, as Accept tells a release a job
+// installed). What is left is written to the refusals file. w.mu is
+// held.
+func (w *PinWatcher) reconcileLocked(pf PinFile) error {
+	w.loadRefusalsLocked()
+	changed := false
+	for _, typ := range slices.Sorted(maps.Keys(w.refused)) {
+		f := w.refused[typ]
+		p, ok := pf.Pins[typ]
+		switch {
+		case !ok || p.OCI != f.OCI:
+			delete(w.refused, typ)
+			changed = true
+		case p.SHA256 != "" && p.Installed != "" && (p.SHA256 != f.PinSHA256 || !p.PinnedAt.Equal(f.PinnedAt)):
+			delete(w.refused, typ)
+			changed = true
+			if w.OnRefusal != nil {
+				w.OnRefusal(RefusalChange{Type: typ, Accepted: true, KeyID: p.SignedBy,
+					Refusal: Refusal{OCI: p.OCI, Version: cmp.Or(p.Version, f.Version), Reason: f.Reason, At: f.At}})
+			}
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return w.saveRefusalsLocked()
 }
 
 func sums(pf PinFile) map[string]string {

@@ -597,7 +597,8 @@ func (l *Loader) installed(ctx context.Context, typ string) (dir, path string, e
 	}
 	np, err := l.Fetch(ctx, typ, p)
 	if errors.Is(err, ErrRefused) && l.PinWatcher != nil {
-		f := Refusal{OCI: p.OCI, Version: p.Version, Reason: strings.TrimPrefix(err.Error(), ErrRefused.Error()+": "), At: time.Now().UTC()}
+		f := Refusal{OCI: p.OCI, Version: p.Version, Reason: strings.TrimPrefix(err.Error(), ErrRefused.Error()+": "), At: time.Now().UTC(),
+			PinSHA256: p.SHA256, PinnedAt: p.PinnedAt}
 		if re := (*RefusedError)(nil); errors.As(err, &re) && re.Version != "" {
 			f.Version = re.Version
 		}

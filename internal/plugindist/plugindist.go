@@ -194,6 +194,31 @@ type Manifest struct {
 	Layers map[string]ocispec.Descriptor
 }
 
+// ErrNotRelease is wrapped by Read's error for content that is not a
+// plugin release or does not match its digest: a fault of the content
+// itself (what agentd plugin install refuses and journals), not of the
+// registry's reachability.
+var ErrNotRelease = errors.New("not a plugin release")
+
+// notReleaseError is an error of Read that is ErrNotRelease, its text
+// unchanged.
+type notReleaseError struct{ error }
+
+func (e notReleaseError) Unwrap() error        { return e.error }
+func (e notReleaseError) Is(target error) bool { return target == ErrNotRelease }
+
+func notRelease(err error) error { return notReleaseError{err} }
+
+// contentFault marks err ErrNotRelease when it is content that does not
+// match its digest (as read), and leaves it as it is otherwise (the
+// registry could not be read).
+func contentFault(err error) error {
+	if errors.Is(err, content.ErrMismatchedDigest) || errors.Is(err, content.ErrTrailingData) || errors.Is(err, ocicopy.ErrDigestMismatch) {
+		return notRelease(err)
+	}
+	return err
+}
+
 // Platforms lists the release's platforms.
 func (m *Manifest) Platforms() []string { return slices.Sorted(maps.Keys(m.Layers)) }
 
@@ -206,46 +231,46 @@ func Read(ctx context.Context, repo *ocicopy.Repo, dg digest.Digest) (*Manifest,
 		return nil, fmt.Errorf("%s@%s: %w", repo.Name(), dg, err)
 	}
 	if desc.Digest != dg {
-		return nil, fmt.Errorf("%s@%s: digest mismatch: the registry answered %s", repo.Name(), dg, desc.Digest)
+		return nil, notRelease(fmt.Errorf("%s@%s: digest mismatch: the registry answered %s", repo.Name(), dg, desc.Digest))
 	}
 	if desc.Size <= 0 || desc.Size > maxManifestBytes {
-		return nil, fmt.Errorf("%s@%s: a manifest of %d bytes is not a plugin release", repo.Name(), dg, desc.Size)
+		return nil, notRelease(fmt.Errorf("%s@%s: a manifest of %d bytes is not a plugin release", repo.Name(), dg, desc.Size))
 	}
 	b, err := content.FetchAll(ctx, repo, desc)
 	if err != nil {
-		return nil, fmt.Errorf("%s@%s: read the manifest: %w", repo.Name(), dg, err)
+		return nil, contentFault(fmt.Errorf("%s@%s: read the manifest: %w", repo.Name(), dg, err))
 	}
 	var m ocispec.Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s@%s: the manifest: %w", repo.Name(), dg, err)
+		return nil, notRelease(fmt.Errorf("%s@%s: the manifest: %w", repo.Name(), dg, err))
 	}
 	if m.ArtifactType != ArtifactType || m.Config.MediaType != DescribeMediaType {
-		return nil, fmt.Errorf("%s@%s is not a plugin release (artifact type %q, config %q; want %s, published with byoc plugin publish)",
-			repo.Name(), dg, m.ArtifactType, m.Config.MediaType, ArtifactType)
+		return nil, notRelease(fmt.Errorf("%s@%s is not a plugin release (artifact type %q, config %q; want %s, published with byoc plugin publish)",
+			repo.Name(), dg, m.ArtifactType, m.Config.MediaType, ArtifactType))
 	}
 	if m.Config.Size > maxDescribeBytes {
-		return nil, fmt.Errorf("%s@%s: the describe output is %d bytes; at most %d are allowed", repo.Name(), dg, m.Config.Size, maxDescribeBytes)
+		return nil, notRelease(fmt.Errorf("%s@%s: the describe output is %d bytes; at most %d are allowed", repo.Name(), dg, m.Config.Size, maxDescribeBytes))
 	}
 	d, err := content.FetchAll(ctx, repo, m.Config)
 	if err != nil {
-		return nil, fmt.Errorf("%s@%s: read the describe output %s: %w", repo.Name(), dg, m.Config.Digest, err)
+		return nil, contentFault(fmt.Errorf("%s@%s: read the describe output %s: %w", repo.Name(), dg, m.Config.Digest, err))
 	}
 	h, err := parseHead(d)
 	if err != nil {
-		return nil, fmt.Errorf("%s@%s: %w", repo.Name(), dg, err)
+		return nil, notRelease(fmt.Errorf("%s@%s: %w", repo.Name(), dg, err))
 	}
 	if m.Annotations[AnnotationType] != h.Type || m.Annotations[AnnotationVersion] != h.Version {
-		return nil, fmt.Errorf("%s@%s: the manifest names %s %s but its describe output %s %s",
-			repo.Name(), dg, m.Annotations[AnnotationType], m.Annotations[AnnotationVersion], h.Type, h.Version)
+		return nil, notRelease(fmt.Errorf("%s@%s: the manifest names %s %s but its describe output %s %s",
+			repo.Name(), dg, m.Annotations[AnnotationType], m.Annotations[AnnotationVersion], h.Type, h.Version))
 	}
 	out := &Manifest{Descriptor: desc, Type: h.Type, Version: h.Version, Describe: d, Layers: map[string]ocispec.Descriptor{}}
 	for _, l := range m.Layers {
 		p := l.Annotations[AnnotationPlatform]
 		if l.MediaType != BinaryMediaType || !platform.MatchString(p) {
-			return nil, fmt.Errorf("%s@%s: layer %s is not a plugin binary with a platform", repo.Name(), dg, l.Digest)
+			return nil, notRelease(fmt.Errorf("%s@%s: layer %s is not a plugin binary with a platform", repo.Name(), dg, l.Digest))
 		}
 		if _, dup := out.Layers[p]; dup {
-			return nil, fmt.Errorf("%s@%s: two binaries for %s", repo.Name(), dg, p)
+			return nil, notRelease(fmt.Errorf("%s@%s: two binaries for %s", repo.Name(), dg, p))
 		}
 		out.Layers[p] = l
 	}
