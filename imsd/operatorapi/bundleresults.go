@@ -95,6 +95,9 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 		if man.InstallID != in.ID {
 			return fmt.Errorf("the results are of install %s, not %s (%s)", man.InstallID, in.Name, in.ID)
 		}
+		if !agentproto.ValidBundleID(man.ID) {
+			return fmt.Errorf("bundle id %q is not one imsd makes", man.ID)
+		}
 		a, err := s.store.GetAgent(ctx, man.AgentID)
 		if err != nil {
 			return err
