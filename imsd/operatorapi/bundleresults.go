@@ -177,7 +177,7 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	if err != nil {
 		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", journalFileName, err)
 	}
-	prevSeq, prevHash, err := s.lastJournalHead(ctx, in.ID, agent.ID)
+	prevSeq, prevHash, newest, err := s.lastImport(ctx, in.ID, agent.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +218,12 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 		return out, nil
 	} else if !errs.Is(err, errs.NotFound) {
 		return nil, err
+	}
+	// Results in the order their bundles were made: those of an older
+	// bundle, after a newer one's, would set the install back to what
+	// the older one deployed, though the newer one ran after it.
+	if newest > man.ID {
+		return nil, errs.E(errs.Conflict, "results file refused, nothing was recorded: bundle %s was made before bundle %s, whose results were imported already: results of an older bundle would set the install back to what it deployed", man.ID, newest)
 	}
 
 	// Record it as the online path would have: the workflow, each step's
@@ -355,18 +361,23 @@ func parseJournal(b []byte, chain string) ([]auditchain.Record, error) {
 	return rs, nil
 }
 
-// lastJournalHead is the agent's journal head the install's last imported
-// results file recorded (0, "": none).
-func (s *Service) lastJournalHead(ctx context.Context, installID, agentID string) (int64, string, error) {
+// lastImport is what the install's imported results files recorded: the
+// agent's journal head the last one of agentID's recorded (0, "": none),
+// and the newest bundle whose results were imported ("": none).
+func (s *Service) lastImport(ctx context.Context, installID, agentID string) (seq int64, hash, newest string, err error) {
 	evs, err := s.store.ListAuditEvents(ctx, store.AuditFilter{Chain: installID, OneChain: true})
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	for _, ev := range slices.Backward(evs) {
-		if ev.Kind == kindResultsImported && ev.Data["agent"] == agentID {
-			seq, _ := strconv.ParseInt(ev.Data["journal_seq"], 10, 64)
-			return seq, ev.Data["journal_hash"], nil
+		if ev.Kind != kindResultsImported {
+			continue
+		}
+		newest = max(newest, strings.TrimPrefix(ev.Subject, "bundle:"))
+		if hash == "" && ev.Data["agent"] == agentID {
+			seq, _ = strconv.ParseInt(ev.Data["journal_seq"], 10, 64)
+			hash = ev.Data["journal_hash"]
 		}
 	}
-	return 0, "", nil
+	return seq, hash, newest, nil
 }

@@ -24,58 +24,101 @@ import (
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
-// resultsFile is a results file as agentd bundle export-results writes
-// it: agent agentID (key agentKey) of inst-1 ran bundle bundleID's one
-// action job (signed by imsd's key), which succeeded.
-func resultsFile(t *testing.T, key auth.SigningKey, agentID string, agentKey ed25519.PrivateKey, bundleID string, t0 time.Time) []byte {
+// resultsFiles are results files as agentd bundle export-results writes
+// them, by bundle id: agent agentID (key agentKey) of inst-1 ran each
+// bundle's one action job (signed by imsd's key), in the order given,
+// and each succeeded; every file carries the agent's whole journal.
+func resultsFiles(t *testing.T, key auth.SigningKey, agentID string, agentKey ed25519.PrivateKey, t0 time.Time, bundleIDs ...string) map[string][]byte {
 	t.Helper()
-	job := agentproto.BundleJob{Step: "hello", JobID: auth.NewSortableID("job_", t0), InstallID: "inst-1", Attempt: 1, FencingToken: 1,
-		Mode: "maintenance", ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, Config: json.RawMessage(`{"command":"echo hi"}`)}
-	cfg, _ := job.DecodeConfig()
-	c, err := job.Claims(agentID, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Expires = t0.Add(time.Hour)
-	job.Signature, job.KeyID, job.ExpireUnixMs = key.Sign(&c), key.ID, c.Expires.UnixMilli()
-	jobs, _ := json.Marshal([]agentproto.BundleJob{job})
-	sealed, err := agentchannel.SealTo(key.Public, agentproto.ResultsJobsInfo("inst-1", agentID), jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, _ := json.Marshal(map[string]any{"bundle": bundleID, "install_id": "inst-1", "agent_id": agentID, "revision": 1, "workflow_kind": "update",
-		"jobs": []map[string]any{{"job_id": job.JobID, "step": "hello", "outcome": "succeeded", "log": []string{"hi"},
-			"started_at": t0, "ended_at": t0.Add(time.Second)}}})
 	var journal bytes.Buffer
 	var prev *auditchain.Record
-	for _, r := range []auditchain.Record{
-		{Kind: "bundle.job.started", Subject: "job:" + job.JobID, Data: `{"bundle":"` + bundleID + `"}`},
-		{Kind: "bundle.job.finished", Subject: "job:" + job.JobID, Data: `{"bundle":"` + bundleID + `","outcome":"succeeded"}`},
-	} {
-		r.Chain, r.At, r.Actor = "agent:"+agentID, t0.UnixNano(), "agent:"+agentID
-		r = auditchain.Next(prev, r)
-		prev = &r
-		b, _ := json.Marshal(r)
-		journal.Write(append(b, '\n'))
-	}
-	dir := t.TempDir()
-	for name, b := range map[string][]byte{resultsFileName: res, journalFileName: journal.Bytes(), BundleJobsFile: []byte("[]\n"), BundleSealedJobsFile: sealed} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+	jobs := map[string]agentproto.BundleJob{}
+	for _, id := range bundleIDs {
+		job := agentproto.BundleJob{Step: "hello", JobID: "job_" + strings.TrimPrefix(id, "bdl_"), InstallID: "inst-1", Attempt: 1, FencingToken: 1,
+			Mode: "maintenance", ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, Config: json.RawMessage(`{"command":"echo hi"}`)}
+		cfg, _ := job.DecodeConfig()
+		c, err := job.Claims(agentID, cfg)
+		if err != nil {
 			t.Fatal(err)
 		}
+		c.Expires = t0.Add(time.Hour)
+		job.Signature, job.KeyID, job.ExpireUnixMs = key.Sign(&c), key.ID, c.Expires.UnixMilli()
+		jobs[id] = job
+		for _, r := range []auditchain.Record{
+			{Kind: "bundle.job.started", Subject: "job:" + job.JobID, Data: `{"bundle":"` + id + `"}`},
+			{Kind: "bundle.job.finished", Subject: "job:" + job.JobID, Data: `{"bundle":"` + id + `","outcome":"succeeded"}`},
+		} {
+			r.Chain, r.At, r.Actor = "agent:"+agentID, t0.UnixNano(), "agent:"+agentID
+			r = auditchain.Next(prev, r)
+			prev = &r
+			b, _ := json.Marshal(r)
+			journal.Write(append(b, '\n'))
+		}
 	}
-	files, err := bundlefile.Scan(dir)
+	out := map[string][]byte{}
+	for _, id := range bundleIDs {
+		job := jobs[id]
+		b, _ := json.Marshal([]agentproto.BundleJob{job})
+		sealed, err := agentchannel.SealTo(key.Public, agentproto.ResultsJobsInfo("inst-1", agentID), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, _ := json.Marshal(map[string]any{"bundle": id, "install_id": "inst-1", "agent_id": agentID, "revision": 1, "workflow_kind": "update",
+			"jobs": []map[string]any{{"job_id": job.JobID, "step": "hello", "outcome": "succeeded", "log": []string{"hi"},
+				"started_at": t0, "ended_at": t0.Add(time.Second)}}})
+		dir := t.TempDir()
+		for name, b := range map[string][]byte{resultsFileName: res, journalFileName: journal.Bytes(), BundleJobsFile: []byte("[]\n"), BundleSealedJobsFile: sealed} {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		files, err := bundlefile.Scan(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindResults, ID: id, InstallID: "inst-1", AgentID: agentID,
+			Revision: 1, Created: t0, Files: files})
+		var f bytes.Buffer
+		pub := agentKey.Public().(ed25519.PublicKey)
+		if err := bundlefile.Write(&f, dir, raw, bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: agentproto.SignBundleResults(agentKey, raw)}); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = f.Bytes()
+	}
+	return out
+}
+
+// resultsAgent enrols agent ag-1 of inst-1 in s's store, and gives s a
+// workflow engine.
+func resultsAgent(t *testing.T, s *Service, st *store.Store, t0 time.Time) (store.Agent, ed25519.PrivateKey) {
+	t.Helper()
+	_, agentKey, _ := ed25519.GenerateKey(nil)
+	return resultsAgentWithKey(t, s, st, t0, agentKey)
+}
+
+// resultsAgentWithKey is resultsAgent with the agent's key given.
+func resultsAgentWithKey(t *testing.T, s *Service, st *store.Store, t0 time.Time, agentKey ed25519.PrivateKey) (store.Agent, ed25519.PrivateKey) {
+	t.Helper()
+	ctx := context.Background()
+	s.cfg.Engine = workflow.NewEngine(st, s.hub, s.now, s.log)
+	agentPub := agentKey.Public().(ed25519.PublicKey)
+	if err := st.CreateEnrollmentToken(ctx, store.EnrollmentToken{Hash: "h-ag", InstallID: "inst-1", ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	ag, err := st.Enroll(ctx, "h-ag", store.Agent{ID: "ag-1", PublicKey: agentPub, Hostname: "host", Version: "v1"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := json.Marshal(bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindResults, ID: bundleID, InstallID: "inst-1", AgentID: agentID,
-		Revision: 1, Created: t0, Files: files})
-	var out bytes.Buffer
-	pub := agentKey.Public().(ed25519.PublicKey)
-	if err := bundlefile.Write(&out, dir, raw, bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: agentproto.SignBundleResults(agentKey, raw)}); err != nil {
-		t.Fatal(err)
+	return ag, agentKey
+}
+
+// importResults imports file into install acme.
+func importResults(s *Service, file []byte) (*imsv1.ImportBundleResultsResponse, error) {
+	r, err := s.ImportBundleResults(context.Background(), connect.NewRequest(&imsv1.ImportBundleResultsRequest{Install: "acme", File: file}))
+	if err != nil {
+		return nil, err
 	}
-	return out.Bytes()
+	return r.Msg, nil
 }
 
 // A results file imported while the install runs another workflow is
@@ -86,17 +129,9 @@ func resultsFile(t *testing.T, key auth.SigningKey, agentID string, agentKey ed2
 func TestImportResultsWhileAWorkflowRuns(t *testing.T) {
 	ctx := context.Background()
 	s, st, key, t0 := bundleService(t)
-	s.cfg.Engine = workflow.NewEngine(st, s.hub, s.now, s.log)
-	agentPub, agentKey, _ := ed25519.GenerateKey(nil)
-	if err := st.CreateEnrollmentToken(ctx, store.EnrollmentToken{Hash: "h-ag", InstallID: "inst-1", ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}); err != nil {
-		t.Fatal(err)
-	}
-	ag, err := st.Enroll(ctx, "h-ag", store.Agent{ID: "ag-1", PublicKey: agentPub, Hostname: "host", Version: "v1"}, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ag, agentKey := resultsAgent(t, s, st, t0)
 	bundleID := auth.NewSortableID("bdl_", t0)
-	file := resultsFile(t, key, ag.ID, agentKey, bundleID, t0)
+	file := resultsFiles(t, key, ag.ID, agentKey, t0, bundleID)[bundleID]
 	wfID := "wf_" + strings.TrimPrefix(bundleID, "bdl_")
 
 	// Another workflow runs on the install (an operator's action run).
@@ -108,13 +143,7 @@ func TestImportResultsWhileAWorkflowRuns(t *testing.T) {
 		Config: []byte("{}"), Timeout: time.Minute}}, store.WorkflowRunning, []byte("{}"), t0); err != nil || !ok {
 		t.Fatalf("start the other workflow: %v %v", ok, err)
 	}
-	imp := func() (*imsv1.ImportBundleResultsResponse, error) {
-		r, err := s.ImportBundleResults(ctx, connect.NewRequest(&imsv1.ImportBundleResultsRequest{Install: "acme", File: file}))
-		if err != nil {
-			return nil, err
-		}
-		return r.Msg, nil
-	}
+	imp := func() (*imsv1.ImportBundleResultsResponse, error) { return importResults(s, file) }
 	if _, err := imp(); err == nil || !strings.Contains(err.Error(), "has a workflow running or awaiting approval") {
 		t.Fatalf("import while another workflow runs: %v", err)
 	}
@@ -162,4 +191,42 @@ func resultsJobID(t *testing.T, file []byte) string {
 		t.Fatalf("results.json: %v", err)
 	}
 	return r.Jobs[0].JobID
+}
+
+// Results files imported out of the order their bundles were made: the
+// older bundle's, after the newer one's (the customer exported it later
+// with --bundle; its journal continues), are refused with nothing
+// recorded: they would set the install back to what the older bundle
+// deployed, though the newer one ran after it. In order, both import.
+func TestImportResultsOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	older, newer := auth.NewSortableID("bdl_", t0), auth.NewSortableID("bdl_", t0.Add(time.Minute))
+	files := resultsFiles(t, key, ag.ID, agentKey, t0, older, newer)
+	if out, err := importResults(s, files[newer]); err != nil || out.AlreadyImported {
+		t.Fatalf("the newer bundle's results: %v, %v", out, err)
+	}
+	_, err := importResults(s, files[older])
+	if err == nil || !strings.Contains(err.Error(), "bundle "+older+" was made before bundle "+newer+", whose results were imported already") {
+		t.Fatalf("the older bundle's results after the newer's: %v", err)
+	}
+	if _, _, err := st.GetWorkflow(ctx, "wf_"+strings.TrimPrefix(older, "bdl_")); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("the refused results left a workflow: %v", err)
+	}
+	// The newer's again: imported before, as it says.
+	if out, err := importResults(s, files[newer]); err != nil || !out.AlreadyImported {
+		t.Fatalf("the newer bundle's results again: %v, %v", out, err)
+	}
+
+	// In order, on a fresh imsd: both import.
+	s2, st2, _, _ := bundleService(t)
+	s2.cfg.SigningKey = key
+	ag2, _ := resultsAgentWithKey(t, s2, st2, t0, agentKey)
+	files = resultsFiles(t, key, ag2.ID, agentKey, t0, older, newer)
+	for _, id := range []string{older, newer} {
+		if out, err := importResults(s2, files[id]); err != nil || out.AlreadyImported {
+			t.Fatalf("bundle %s's results, in order: %v, %v", id, out, err)
+		}
+	}
 }
