@@ -230,3 +230,41 @@ func TestImportResultsOutOfOrder(t *testing.T) {
 		}
 	}
 }
+
+// A results file from elsewhere records nothing: one of install acme
+// imported into another install, one signed by a key that is not its
+// agent's (another install's agent, naming acme's agent), and one naming
+// an agent of another install as its signer.
+func TestImportResultsFromElsewhere(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	if err := st.CreateInstall(ctx, store.Install{ID: "inst-2", AppID: "app-1", Name: "globex", CreatedAt: t0},
+		store.EnrollmentToken{Hash: "h-2", ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	otherPub, otherKey, _ := ed25519.GenerateKey(nil)
+	if _, err := st.Enroll(ctx, "h-2", store.Agent{ID: "ag-2", PublicKey: otherPub, Hostname: "host", Version: "v1"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	id := auth.NewSortableID("bdl_", t0)
+	for _, bad := range []struct {
+		name, install string
+		file          []byte
+		want          string
+	}{
+		{"into another install", "globex", resultsFiles(t, key, ag.ID, agentKey, t0, id)[id], "the results are of install inst-1, not globex"},
+		{"signed by another install's agent", "acme", resultsFiles(t, key, ag.ID, otherKey, t0, id)[id], "the signature is not agent ag-1's"},
+		{"of another install's agent", "acme", resultsFiles(t, key, "ag-2", otherKey, t0, id)[id], "agent ag-2 is not an agent of install acme"},
+	} {
+		_, err := s.ImportBundleResults(ctx, connect.NewRequest(&imsv1.ImportBundleResultsRequest{Install: bad.install, File: bad.file}))
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "nothing was recorded") {
+			t.Errorf("%s: %v, want %q", bad.name, err, bad.want)
+		}
+	}
+	for _, in := range []string{"inst-1", "inst-2"} {
+		if wfs, err := st.ListWorkflows(ctx, store.WorkflowFilter{InstallID: in}); err != nil || len(wfs) > 0 {
+			t.Fatalf("install %s: workflows %v, %v", in, wfs, err)
+		}
+	}
+}
