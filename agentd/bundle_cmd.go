@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -176,6 +177,14 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	var jobs []agentproto.BundleJob
 	if err := json.Unmarshal(b, &jobs); err != nil {
 		return fmt.Errorf("%s refused, nothing was written: jobs.sealed: %w", file, err)
+	}
+	// What the customer reads of the bundle (jobs.json) must be what
+	// runs: imsd signs only a view it made of these jobs, and the agent
+	// checks it too.
+	if view, err := os.ReadFile(filepath.Join(staging, "jobs.json")); err != nil {
+		return fmt.Errorf("%s refused, nothing was written: jobs.json: %w", file, err)
+	} else if err := checkJobsView(view, jobs); err != nil {
+		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
 	}
 	for i := range jobs {
 		if err := a.CheckOffline(&jobs[i]); err != nil {
@@ -356,6 +365,47 @@ func checkBundleManifest(keys map[string]ed25519.PublicKey, installID, agentID, 
 	for _, e := range slices.Backward(ents) { // sorted by name: newest last
 		if agentproto.ValidBundleID(e.Name()) && e.Name() > m.ID {
 			return fmt.Errorf("bundle %s was made before bundle %s, which was imported here already: an older bundle is not imported after a newer one (it would roll the install back)", m.ID, e.Name())
+		}
+	}
+	return nil
+}
+
+// checkJobsView checks that view (a bundle's jobs.json) is the readable
+// view of jobs (its jobs.sealed, opened): the same jobs, in the same
+// order, with the same configs but for the sensitive values masked. It
+// names the first step that differs.
+func checkJobsView(view []byte, jobs []agentproto.BundleJob) error {
+	want, err := agentproto.BundleJobsView(jobs)
+	if err != nil {
+		return fmt.Errorf("jobs.sealed: %w", err)
+	}
+	var got []agentproto.BundleJob
+	if err := json.Unmarshal(view, &got); err != nil {
+		return fmt.Errorf("jobs.json: %w", err)
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("jobs.json lists %d jobs and jobs.sealed holds %d", len(got), len(want))
+	}
+	norm := func(j agentproto.BundleJob) (any, error) {
+		b, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		var v any
+		err = json.Unmarshal(b, &v)
+		return v, err
+	}
+	for i := range want {
+		g, err := norm(got[i])
+		if err != nil {
+			return fmt.Errorf("jobs.json: %w", err)
+		}
+		w, err := norm(want[i])
+		if err != nil {
+			return fmt.Errorf("jobs.sealed: %w", err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			return fmt.Errorf("jobs.json: step %s (job %s) is not the job jobs.sealed holds (step %s, job %s): what you read is not what would run", got[i].Step, got[i].JobID, want[i].Step, want[i].JobID)
 		}
 	}
 	return nil
