@@ -268,3 +268,50 @@ func TestImportResultsFromElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// The same results file imported twice at once (two operators, or a
+// retry racing the first call) is recorded once: one import records it,
+// the other says it was imported; one workflow, one record of the
+// import, the job finished once.
+func TestImportResultsTwiceAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	id := auth.NewSortableID("bdl_", t0)
+	file := resultsFiles(t, key, ag.ID, agentKey, t0, id)[id]
+	type res struct {
+		out *imsv1.ImportBundleResultsResponse
+		err error
+	}
+	ch := make(chan res, 2)
+	for range 2 {
+		go func() {
+			out, err := importResults(s, file)
+			ch <- res{out, err}
+		}()
+	}
+	recorded := 0
+	for range 2 {
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("an import: %v", r.err)
+		}
+		if !r.out.AlreadyImported {
+			recorded++
+		}
+	}
+	if recorded != 1 {
+		t.Fatalf("%d of the two imports recorded the results", recorded)
+	}
+	evs, err := st.ListAuditEvents(ctx, store.AuditFilter{Chain: "inst-1", OneChain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, ev := range evs {
+		kinds[ev.Kind]++
+	}
+	if kinds[kindResultsImported] != 1 || kinds["job.finished"] != 1 || kinds["workflow.started"] != 1 {
+		t.Fatalf("audit events: %v", kinds)
+	}
+}
