@@ -20,6 +20,13 @@ import (
 // signed by key.
 func signedBundle(t *testing.T, key ed25519.PrivateKey, id string) *os.File {
 	t.Helper()
+	return craftedBundle(t, key, bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: id, InstallID: "inst-1", AgentID: "ag-1"})
+}
+
+// craftedBundle is a bundle tar of manifest m (its files filled in),
+// signed by key.
+func craftedBundle(t *testing.T, key ed25519.PrivateKey, m bundlefile.Manifest) *os.File {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "jobs.sealed"), []byte("sealed"), 0o600); err != nil {
 		t.Fatal(err)
@@ -28,7 +35,8 @@ func signedBundle(t *testing.T, key ed25519.PrivateKey, id string) *os.File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := json.Marshal(bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: id, InstallID: "inst-1", AgentID: "ag-1", Files: files})
+	m.Files = files
+	raw, _ := json.Marshal(m)
 	var buf bytes.Buffer
 	pub := key.Public().(ed25519.PublicKey)
 	if err := bundlefile.Write(&buf, dir, raw, bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: agentproto.SignBundleManifest(key, raw)}); err != nil {
@@ -112,4 +120,36 @@ func bundleID(t time.Time) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(t.UnixMilli())<<16)
 	return "bdl_" + strings.ToLower(base32.HexEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// A bundle made for another install's agent, or for another agent of
+// this install, a results file passed off as a bundle, and a bundle
+// signed by a key the agent never pinned (or not signed) are refused
+// before anything is written.
+func TestBundleImportRefusesAnotherAgentsBundle(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	_, other, _ := ed25519.GenerateKey(nil)
+	keys := map[string]ed25519.PublicKey{agentproto.KeyID(pub): pub}
+	state := t.TempDir()
+	id := bundleID(time.Unix(1_700_000_000, 0))
+	m := func(kind, install, agent string) bundlefile.Manifest {
+		return bundlefile.Manifest{Format: bundlefile.Format, Kind: kind, ID: id, InstallID: install, AgentID: agent}
+	}
+	for _, bad := range []struct {
+		name string
+		f    *os.File
+		want string
+	}{
+		{"another install's", craftedBundle(t, priv, m(bundlefile.KindBundle, "inst-2", "ag-9")), "the bundle is for agent ag-9 of install inst-2, and this is agent ag-1 of install inst-1"},
+		{"another agent's of this install", craftedBundle(t, priv, m(bundlefile.KindBundle, "inst-1", "ag-2")), "the bundle is for agent ag-2"},
+		{"a results file", craftedBundle(t, priv, m(bundlefile.KindResults, "inst-1", "ag-1")), "a results file, not a bundle"},
+		{"signed by a key not pinned", craftedBundle(t, other, m(bundlefile.KindBundle, "inst-1", "ag-1")), "unknown"},
+	} {
+		if err := openBundle(t, keys, state, bad.f); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s bundle: %v, want %q", bad.name, err, bad.want)
+		}
+	}
+	if ents, _ := os.ReadDir(state); len(ents) > 0 {
+		t.Fatalf("the refused bundles wrote %v into the state directory", ents)
+	}
 }
