@@ -1,10 +1,12 @@
 package operatorapi
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -313,5 +315,86 @@ func TestImportResultsTwiceAtOnce(t *testing.T) {
 	}
 	if kinds[kindResultsImported] != 1 || kinds["job.finished"] != 1 || kinds["workflow.started"] != 1 {
 		t.Fatalf("audit events: %v", kinds)
+	}
+}
+
+// editEntry rewrites the tar file with entry name's content changed by
+// edit (the manifest and the other entries as they were).
+func editEntry(t *testing.T, file []byte, name string, edit func([]byte) []byte) []byte {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader(file))
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	found := false
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == name {
+			b, found = edit(b), true
+			h.Size = int64(len(b))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(b)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatalf("no %s in the file", name)
+	}
+	return out.Bytes()
+}
+
+// A results file edited after the agent signed it, in any of its files
+// (the manifest, the results, the journal, the jobs' view, the sealed
+// jobs), records nothing, and the refusal names the file.
+func TestImportResultsEditedAfterSigning(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	id := auth.NewSortableID("bdl_", t0)
+	file := resultsFiles(t, key, ag.ID, agentKey, t0, id)[id]
+	flip := func(b []byte) []byte {
+		b = bytes.Clone(b)
+		b[len(b)/2] ^= 0x01
+		return b
+	}
+	for _, c := range []struct{ entry, want string }{
+		{bundlefile.ManifestName, "manifest.sig: the signature is not agent ag-1's"},
+		{resultsFileName, "results.json: sha256 "},
+		{journalFileName, "journal.jsonl: sha256 "},
+		{BundleJobsFile, "jobs.json: sha256 "},
+		{BundleSealedJobsFile, "jobs.sealed: sha256 "},
+		{resultsFileName + "+", "results.json: "},
+	} {
+		edit, name := flip, c.entry
+		if c.entry == bundlefile.ManifestName {
+			edit = func(b []byte) []byte { return bytes.Replace(b, []byte(`"revision":1`), []byte(`"revision":2`), 1) }
+		}
+		if n, ok := strings.CutSuffix(c.entry, "+"); ok {
+			// One line of log more, the size changed too.
+			name, edit = n, func(b []byte) []byte { return bytes.Replace(b, []byte(`["hi"]`), []byte(`["hi","more"]`), 1) }
+		}
+		_, err := importResults(s, editEntry(t, file, name, edit))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "nothing was recorded") {
+			t.Errorf("%s edited: %v, want %q", c.entry, err, c.want)
+		}
+	}
+	if wfs, err := st.ListWorkflows(ctx, store.WorkflowFilter{InstallID: "inst-1"}); err != nil || len(wfs) > 0 {
+		t.Fatalf("workflows after the edited files: %v, %v", wfs, err)
+	}
+	if out, err := importResults(s, file); err != nil || out.AlreadyImported {
+		t.Fatalf("the file as signed: %v, %v", out, err)
 	}
 }
