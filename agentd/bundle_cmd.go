@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -153,17 +155,9 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	// small blobs); the layers stay in the tar and stream from there
 	// into the install registry, checked against the signed manifest as
 	// they go (bundleload.Stream).
+	bundlesDir := filepath.Join(runner.StateRoot, "..", "bundles")
 	bdl, err := bundlefile.Open(f, staging, func(raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
-		if err := agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature); err != nil {
-			return err
-		}
-		if m.Kind != bundlefile.KindBundle {
-			return fmt.Errorf("a %s file, not a bundle", m.Kind)
-		}
-		if m.InstallID != a.InstallID() || m.AgentID != a.ID() {
-			return fmt.Errorf("the bundle is for agent %s of install %s, and this is agent %s of install %s", m.AgentID, m.InstallID, a.ID(), a.InstallID())
-		}
-		return nil
+		return checkBundleManifest(keys, a.InstallID(), a.ID(), bundlesDir, raw, m, sig)
 	}, bundleload.Stream)
 	if err != nil {
 		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
@@ -183,6 +177,14 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	var jobs []agentproto.BundleJob
 	if err := json.Unmarshal(b, &jobs); err != nil {
 		return fmt.Errorf("%s refused, nothing was written: jobs.sealed: %w", file, err)
+	}
+	// What the customer reads of the bundle (jobs.json) must be what
+	// runs: imsd signs only a view it made of these jobs, and the agent
+	// checks it too.
+	if view, err := os.ReadFile(filepath.Join(staging, "jobs.json")); err != nil {
+		return fmt.Errorf("%s refused, nothing was written: jobs.json: %w", file, err)
+	} else if err := checkJobsView(view, jobs); err != nil {
+		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
 	}
 	for i := range jobs {
 		if err := a.CheckOffline(&jobs[i]); err != nil {
@@ -245,7 +247,7 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	}
 
 	// The jobs, in order.
-	dir := filepath.Join(runner.StateRoot, "..", "bundles", m.ID)
+	dir := filepath.Join(bundlesDir, m.ID)
 	resPath := filepath.Join(dir, "results.json")
 	res := bundleResults{Bundle: m.ID, InstallID: m.InstallID, AgentID: m.AgentID, Revision: m.Revision, WorkflowKind: m.WorkflowKind}
 	// The bundle's jobs, signed by imsd, go back with the results: imsd
@@ -332,6 +334,79 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	fmt.Fprintf(stdout, "results: %s\n", resPath)
 	if failed > 0 {
 		return fmt.Errorf("%d of %d steps did not succeed", failed, len(jobs))
+	}
+	return nil
+}
+
+// checkBundleManifest is the check of a bundle's manifest before
+// anything else of it is read: signed by an imsd key this agent pinned,
+// a bundle (not a results file), for this agent and install, of a
+// bundle id as imsd makes them (its results are kept under it), and no
+// older than a bundle imported here already (bundlesDir's bundles): an
+// older bundle, replayed, would roll the install back to what it
+// carries. Its own id, again, resumes it.
+func checkBundleManifest(keys map[string]ed25519.PublicKey, installID, agentID, bundlesDir string, raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
+	if err := agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature); err != nil {
+		return err
+	}
+	if m.Kind != bundlefile.KindBundle {
+		return fmt.Errorf("a %s file, not a bundle", m.Kind)
+	}
+	if m.InstallID != installID || m.AgentID != agentID {
+		return fmt.Errorf("the bundle is for agent %s of install %s, and this is agent %s of install %s", m.AgentID, m.InstallID, agentID, installID)
+	}
+	if !agentproto.ValidBundleID(m.ID) {
+		return fmt.Errorf("bundle id %q is not one imsd makes", m.ID)
+	}
+	ents, err := os.ReadDir(bundlesDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, e := range slices.Backward(ents) { // sorted by name: newest last
+		if agentproto.ValidBundleID(e.Name()) && e.Name() > m.ID {
+			return fmt.Errorf("bundle %s was made before bundle %s, which was imported here already: an older bundle is not imported after a newer one (it would roll the install back)", m.ID, e.Name())
+		}
+	}
+	return nil
+}
+
+// checkJobsView checks that view (a bundle's jobs.json) is the readable
+// view of jobs (its jobs.sealed, opened): the same jobs, in the same
+// order, with the same configs but for the sensitive values masked. It
+// names the first step that differs.
+func checkJobsView(view []byte, jobs []agentproto.BundleJob) error {
+	want, err := agentproto.BundleJobsView(jobs)
+	if err != nil {
+		return fmt.Errorf("jobs.sealed: %w", err)
+	}
+	var got []agentproto.BundleJob
+	if err := json.Unmarshal(view, &got); err != nil {
+		return fmt.Errorf("jobs.json: %w", err)
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("jobs.json lists %d jobs and jobs.sealed holds %d", len(got), len(want))
+	}
+	norm := func(j agentproto.BundleJob) (any, error) {
+		b, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		var v any
+		err = json.Unmarshal(b, &v)
+		return v, err
+	}
+	for i := range want {
+		g, err := norm(got[i])
+		if err != nil {
+			return fmt.Errorf("jobs.json: %w", err)
+		}
+		w, err := norm(want[i])
+		if err != nil {
+			return fmt.Errorf("jobs.sealed: %w", err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			return fmt.Errorf("jobs.json: step %s (job %s) is not the job jobs.sealed holds (step %s, job %s): what you read is not what would run", got[i].Step, got[i].JobID, want[i].Step, want[i].JobID)
+		}
 	}
 	return nil
 }

@@ -261,11 +261,20 @@ func TestBundleProvisionOffline(t *testing.T) {
 	if bytes.Equal(forged, jobsJSON) {
 		t.Fatalf("jobs.json has no step to forge:\n%s", jobsJSON)
 	}
-	sum, sealedSum := sha256.Sum256(forged), sha256.Sum256(sealedJobs)
-	forgedMan, _ := json.Marshal(map[string]any{"install_id": tarManifestInstall(t, file), "files": []map[string]string{
-		{"path": "jobs.json", "sha256": hex.EncodeToString(sum[:])}, {"path": "jobs.sealed", "sha256": hex.EncodeToString(sealedSum[:])}}})
+	// The bundle's own manifest, its jobs.json's digest the forged one's.
+	var man map[string]any
+	if err := json.Unmarshal(tarEntry(t, file, "manifest.json"), &man); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(forged)
+	for _, f := range man["files"].([]any) {
+		if f := f.(map[string]any); f["path"] == "jobs.json" {
+			f["sha256"], f["size"] = hex.EncodeToString(sum[:]), len(forged)
+		}
+	}
+	forgedMan, _ := json.Marshal(man)
 	_, err := c.ims.Admin().SignBundle(ctx, connect.NewRequest(&imsv1.SignBundleRequest{Install: "acme", Manifest: forgedMan, JobsJson: forged, JobsSealed: sealedJobs}))
-	if err == nil || !strings.Contains(err.Error(), "are not the jobs this imsd made for install acme") {
+	if err == nil || !strings.Contains(err.Error(), "are not the jobs this imsd made for bundle bdl_") || !strings.Contains(err.Error(), "of install acme") {
 		t.Fatalf("SignBundle of forged jobs: %v", err)
 	}
 
@@ -507,6 +516,13 @@ func TestBundleProvisionOffline(t *testing.T) {
 	if missing, err := ocicopy.Missing(ctx, dst, digest.Digest(b2.Digest), true); err != nil || len(missing) > 0 {
 		t.Fatalf("the install registry lacks part of %s: %v, %d missing", b2.Digest, err, len(missing))
 	}
+	// The first bundle replayed now would roll web back: refused, and
+	// nothing runs. (bundle2b, made after bundle2 and never imported,
+	// would import: only bundles older than one imported are refused.)
+	out, code = agentdBundle(t, state, "import", file)
+	if code != 1 || !strings.Contains(out, "was made before bundle") || !strings.Contains(out, "an older bundle is not imported after a newer one") {
+		t.Fatalf("the first bundle after the second: exit %d:\n%s", code, out)
+	}
 }
 
 // tamperFile rewrites the tar at path into a copy whose entry name has
@@ -599,18 +615,6 @@ func tarEntry(t *testing.T, path, name string) []byte {
 			return b
 		}
 	}
-}
-
-// tarManifestInstall is the install id of a bundle's manifest.
-func tarManifestInstall(t *testing.T, path string) string {
-	t.Helper()
-	var m struct {
-		InstallID string `json:"install_id"`
-	}
-	if err := json.Unmarshal(tarEntry(t, path, "manifest.json"), &m); err != nil {
-		t.Fatal(err)
-	}
-	return m.InstallID
 }
 
 // The example app's terraform part (a sandbox module on the local

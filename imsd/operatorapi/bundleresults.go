@@ -95,6 +95,9 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 		if man.InstallID != in.ID {
 			return fmt.Errorf("the results are of install %s, not %s (%s)", man.InstallID, in.Name, in.ID)
 		}
+		if !agentproto.ValidBundleID(man.ID) {
+			return fmt.Errorf("bundle id %q is not one imsd makes", man.ID)
+		}
 		a, err := s.store.GetAgent(ctx, man.AgentID)
 		if err != nil {
 			return err
@@ -174,7 +177,7 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	if err != nil {
 		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", journalFileName, err)
 	}
-	prevSeq, prevHash, err := s.lastJournalHead(ctx, in.ID, agent.ID)
+	prevSeq, prevHash, newest, err := s.lastImport(ctx, in.ID, agent.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +219,12 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	} else if !errs.Is(err, errs.NotFound) {
 		return nil, err
 	}
+	// Results in the order their bundles were made: those of an older
+	// bundle, after a newer one's, would set the install back to what
+	// the older one deployed, though the newer one ran after it.
+	if newest > man.ID {
+		return nil, errs.E(errs.Conflict, "results file refused, nothing was recorded: bundle %s was made before bundle %s, whose results were imported already: results of an older bundle would set the install back to what it deployed", man.ID, newest)
+	}
 
 	// Record it as the online path would have: the workflow, each step's
 	// job and result, what the install runs, the install's state.
@@ -223,9 +232,6 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	kind := cmp.Or(res.WorkflowKind, workflow.Provision)
 	wf := store.Workflow{ID: out.WorkflowId, InstallID: in.ID, Kind: kind, AppRevision: res.Revision, Parallelism: 1, CreatedAt: now,
 		CreatedBy: "bundle " + man.ID, Reason: "offline bundle " + man.ID + " run by agent " + agent.ID}
-	if err := s.store.CreateWorkflow(ctx, wf); err != nil {
-		return nil, err
-	}
 	steps := make([]store.Step, len(jobs))
 	for i, j := range jobs {
 		steps[i] = store.Step{Name: j.Step, Component: j.Component, ComponentType: j.ComponentType, Operation: j.Operation, Needs: j.Needs,
@@ -234,13 +240,7 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 			steps[i].Action = j.Step
 		}
 	}
-	ok, err := s.store.StartWorkflow(ctx, wf.ID, steps, store.WorkflowRunning, []byte("{}"), now)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, errs.E(errs.Conflict, "install %s has a workflow running or awaiting approval: let it end, then import the results again", in.Name)
-	}
+	rec := store.OfflineWorkflow{Workflow: wf, Steps: steps, AgentID: agent.ID, NotRunMsg: "not run on the agent", Now: now}
 	ran := map[string]bool{}
 	failed := []string{}
 	// The jobs' configs as the agent ran them: output references filled
@@ -273,57 +273,56 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 			}
 			logs[k] = store.LogLine{Seq: int64(k + 1), Time: r.EndedAt, Stream: stream, Text: text}
 		}
-		if err := s.store.RecordOfflineStep(ctx, wf.ID, j.Step, sj, agent.ID, store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs},
-			logs, r.StartedAt, r.EndedAt); err != nil {
-			return nil, err
-		}
-		stepState, msg := store.StepFailed, r.Error
-		var deployed *store.InstallComponent
+		step := store.OfflineStep{Name: j.Step, Job: sj, Result: store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs},
+			Logs: logs, Started: r.StartedAt, Ended: r.EndedAt, StepState: store.StepFailed, Msg: r.Error}
 		if state == store.JobSucceeded {
-			stepState, msg = store.StepSucceeded, ""
+			step.StepState, step.Msg = store.StepSucceeded, ""
 			if j.Component != "" && j.Operation == workflow.OpApply {
 				sj.Outputs = r.Outputs
 				d, err := e.BundleDeployed(ctx, wf, st, sj)
 				if err != nil {
 					return nil, err
 				}
-				deployed = &d
+				step.Deployed = &d
+			}
+			if j.Operation == workflow.OpDestroy {
+				step.Removed = j.Component
 			}
 		} else {
 			failed = append(failed, j.Step+" "+string(state))
 		}
-		removed := ""
-		if state == store.JobSucceeded && j.Operation == workflow.OpDestroy {
-			removed = j.Component
-		}
-		if _, err := s.store.FinishStep(ctx, wf.ID, j.Step, j.JobID, stepState, msg, deployed, removed, r.EndedAt); err != nil {
-			return nil, err
-		}
+		rec.Ran = append(rec.Ran, step)
 		ran[j.Step] = true
 	}
-	var notRun []string
 	for _, j := range jobs {
 		if !ran[j.Step] {
-			notRun = append(notRun, j.Step)
+			rec.NotRun = append(rec.NotRun, j.Step)
 		}
 	}
-	if len(notRun) > 0 {
-		if err := s.store.EndSteps(ctx, wf.ID, notRun, store.StepSkipped, "not run on the agent", now); err != nil {
-			return nil, err
-		}
-		failed = append(failed, notRun...)
-	}
+	failed = append(failed, rec.NotRun...)
 	state, installState, msg := store.WorkflowSucceeded, store.InstallActive, ""
 	if len(failed) > 0 {
 		state, installState, msg = store.WorkflowFailed, store.InstallFailed, "steps not succeeded: "+strings.Join(failed, ", ")
 	}
-	if _, err := s.store.EndWorkflow(ctx, wf.ID, state, msg, installState, res.Revision, now); err != nil {
-		return nil, err
-	}
+	rec.State, rec.InstallState, rec.Msg = state, installState, msg
 	sum := sha256.Sum256(m.File)
-	if err := s.store.RecordAudit(ctx, store.AuditEvent{Chain: in.ID, At: now, Kind: kindResultsImported, Actor: "imsd", Subject: "bundle:" + man.ID,
+	rec.Audit = store.AuditEvent{Chain: in.ID, At: now, Kind: kindResultsImported, Actor: "imsd", Subject: "bundle:" + man.ID,
 		Data: map[string]string{"agent": agent.ID, "workflow": wf.ID, "journal_seq": strconv.FormatInt(head.Seq, 10), "journal_hash": head.Hash,
-			"results_sha256": hex.EncodeToString(sum[:]), "jobs": strconv.Itoa(len(res.Jobs))}}); err != nil {
+			"results_sha256": hex.EncodeToString(sum[:]), "jobs": strconv.Itoa(len(res.Jobs))}}
+	// All of it in one transaction, or nothing: the workflow engine
+	// would start the pending steps of a workflow half recorded online,
+	// and a failed import must leave nothing a later one takes for done.
+	switch err := s.store.RecordOfflineWorkflow(ctx, rec); {
+	case errs.Is(err, errs.Conflict):
+		return nil, errs.E(errs.Conflict, "results file not recorded: install %s has a workflow running or awaiting approval: let it end, then import the results again", in.Name)
+	case errs.Is(err, errs.AlreadyExists):
+		// Another import of the same bundle won the race.
+		out.AlreadyImported = true
+		if wf, _, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
+			out.WorkflowState = workflowStatesToProto[wf.State]
+		}
+		return out, nil
+	case err != nil:
 		return nil, err
 	}
 	s.hub.FleetChanged()
@@ -362,18 +361,23 @@ func parseJournal(b []byte, chain string) ([]auditchain.Record, error) {
 	return rs, nil
 }
 
-// lastJournalHead is the agent's journal head the install's last imported
-// results file recorded (0, "": none).
-func (s *Service) lastJournalHead(ctx context.Context, installID, agentID string) (int64, string, error) {
+// lastImport is what the install's imported results files recorded: the
+// agent's journal head the last one of agentID's recorded (0, "": none),
+// and the newest bundle whose results were imported ("": none).
+func (s *Service) lastImport(ctx context.Context, installID, agentID string) (seq int64, hash, newest string, err error) {
 	evs, err := s.store.ListAuditEvents(ctx, store.AuditFilter{Chain: installID, OneChain: true})
 	if err != nil {
-		return 0, "", err
+		return 0, "", "", err
 	}
 	for _, ev := range slices.Backward(evs) {
-		if ev.Kind == kindResultsImported && ev.Data["agent"] == agentID {
-			seq, _ := strconv.ParseInt(ev.Data["journal_seq"], 10, 64)
-			return seq, ev.Data["journal_hash"], nil
+		if ev.Kind != kindResultsImported {
+			continue
+		}
+		newest = max(newest, strings.TrimPrefix(ev.Subject, "bundle:"))
+		if hash == "" && ev.Data["agent"] == agentID {
+			seq, _ = strconv.ParseInt(ev.Data["journal_seq"], 10, 64)
+			hash = ev.Data["journal_hash"]
 		}
 	}
-	return 0, "", nil
+	return seq, hash, newest, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/registry"
+	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
@@ -137,8 +138,9 @@ func (s *Service) CreateBundle(ctx context.Context, req *connect.Request[imsv1.C
 		return nil, s.err(ctx, err)
 	}
 	vb = append(vb, '\n')
-	out := &imsv1.CreateBundleResponse{BundleId: auth.NewSortableID("bdl_", now), InstallId: in.ID, AgentId: agentID, Revision: rev,
-		WorkflowKind: kind, JobsJson: vb, JobsSealed: sealed, JobsSignature: agentproto.SignBundleJobs(s.cfg.SigningKey.Private, in.ID, vb, sealed),
+	of := agentproto.BundleJobsOf{InstallID: in.ID, AgentID: agentID, BundleID: auth.NewSortableID("bdl_", now), Revision: rev, WorkflowKind: kind}
+	out := &imsv1.CreateBundleResponse{BundleId: of.BundleID, InstallId: in.ID, AgentId: agentID, Revision: rev,
+		WorkflowKind: kind, JobsJson: vb, JobsSealed: sealed, JobsSignature: agentproto.SignBundleJobs(s.cfg.SigningKey.Private, of, vb, sealed),
 		Repositories: repos, SigningKeyId: s.cfg.SigningKey.ID,
 		App: app.Name, Install: in.Name, ExpireUnixMs: expires.UnixMilli(), Registry: s.cfg.RegistryURL}
 	if s.cfg.RegistryTokens != nil && len(repos) > 0 {
@@ -155,11 +157,16 @@ func (s *Service) CreateBundle(ctx context.Context, req *connect.Request[imsv1.C
 	return connect.NewResponse(out), nil
 }
 
-// bundleManifest is what SignBundle reads of a manifest: the install and
-// agent it is for, and its files.
+// bundleManifest is what SignBundle reads of a manifest: what it is, the
+// bundle, install and agent it is for, and its files.
 type bundleManifest struct {
-	InstallID string `json:"install_id"`
-	Files     []struct {
+	Kind         string `json:"kind"`
+	ID           string `json:"id"`
+	InstallID    string `json:"install_id"`
+	AgentID      string `json:"agent_id"`
+	Revision     int64  `json:"revision"`
+	WorkflowKind string `json:"workflow_kind"`
+	Files        []struct {
 		Path   string `json:"path"`
 		SHA256 string `json:"sha256"`
 	} `json:"files"`
@@ -186,12 +193,21 @@ func (s *Service) SignBundle(ctx context.Context, req *connect.Request[imsv1.Sig
 	if man.InstallID != in.ID {
 		return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: install_id %q is not install %s (%s)", man.InstallID, in.Name, in.ID))
 	}
-	// Only jobs imsd made itself, for this install: a manifest signed
-	// here vouches for nothing imsd did not sign. The sealed jobs cannot
-	// be read here (they are the agent's); CreateBundle signed them with
-	// their view.
-	if !agentproto.VerifyBundleJobs(s.cfg.SigningKey.Public, in.ID, m.JobsJson, m.JobsSealed, m.JobsSignature) {
-		return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_signature: %s and %s are not the jobs this imsd made for install %s (byoc bundle create makes them)", BundleJobsFile, BundleSealedJobsFile, in.Name))
+	if man.Kind != bundlefile.KindBundle {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: kind %q, not %q", man.Kind, bundlefile.KindBundle))
+	}
+	if !agentproto.ValidBundleID(man.ID) {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: id %q is not a bundle id (CreateBundle's bundle_id)", man.ID))
+	}
+	// Only jobs imsd made itself, for this install and bundle (its id,
+	// agent, revision and workflow kind, as CreateBundle made them): a
+	// manifest signed here vouches for nothing imsd did not sign. The
+	// sealed jobs cannot be read here (they are the agent's);
+	// CreateBundle signed them with their view.
+	of := agentproto.BundleJobsOf{InstallID: in.ID, AgentID: man.AgentID, BundleID: man.ID, Revision: man.Revision, WorkflowKind: man.WorkflowKind}
+	if !agentproto.VerifyBundleJobs(s.cfg.SigningKey.Public, of, m.JobsJson, m.JobsSealed, m.JobsSignature) {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_signature: %s and %s are not the jobs this imsd made for bundle %s (agent %s, revision %d, %s) of install %s (byoc bundle create makes them)",
+			BundleJobsFile, BundleSealedJobsFile, man.ID, man.AgentID, man.Revision, man.WorkflowKind, in.Name))
 	}
 	for name, b := range map[string][]byte{BundleJobsFile: m.JobsJson, BundleSealedJobsFile: m.JobsSealed} {
 		sum := sha256.Sum256(b)

@@ -27,39 +27,152 @@ func (s *Store) RecordOfflineStep(ctx context.Context, workflowID, name string, 
 		return err
 	}
 	return s.write(ctx, "record offline step", func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'running', job_id = ?, attempts = attempts + 1,
-			started_at = ?, ended_at = 0, error = '' WHERE workflow_id = ? AND name = ? AND state = 'pending'`),
-			j.ID, nanos(started), workflowID, name)
+		return s.recordOfflineStep(ctx, tx, workflowID, name, j, config, agentID, r, logs, started, ended)
+	})
+}
+
+// recordOfflineStep is RecordOfflineStep's write, in tx.
+func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name string, j Job, config string, agentID string, r Result, logs []LogLine, started, ended time.Time) error {
+	res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'running', job_id = ?, attempts = attempts + 1,
+		started_at = ?, ended_at = 0, error = '' WHERE workflow_id = ? AND name = ? AND state = 'pending'`),
+		j.ID, nanos(started), workflowID, name)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err == nil {
+			err = errs.E(errs.Conflict, "workflow %s: step %q is not pending", workflowID, name)
+		}
+		return err
+	}
+	if err := s.Audit(ctx, tx, AuditEvent{Chain: j.InstallID, At: started, Kind: "step.started", Actor: "imsd", Subject: "workflow:" + workflowID + "/" + name,
+		Data: map[string]string{"job": j.ID, "offline": "true"}}); err != nil {
+		return err
+	}
+	if err := s.insertQueued(ctx, tx, j, config); err != nil {
+		return err
+	}
+	var install, typ, op, release string
+	err = tx.QueryRowContext(ctx, s.bind(`UPDATE jobs SET state = ?, agent_id = ?, attempt = 1, fencing_token = 1, started_at = ?, ended_at = ?,
+		exit_code = ?, error = ?, outputs = ?, lease_deadline = 0 WHERE id = ? AND state = 'queued'
+		RETURNING install_id, component_type, operation, release_id`),
+		string(r.State), agentID, nanos(started), nanos(ended), r.ExitCode, r.Error, encodeMap(r.Outputs), j.ID).Scan(&install, &typ, &op, &release)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errs.E(errs.Conflict, "job %s is not queued", j.ID)
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.insertLogs(ctx, tx, j.ID, 1, logs); err != nil {
+		return err
+	}
+	return s.finished(ctx, tx, j.ID, Writer{AgentID: agentID, FencingToken: 1}, r, "", install, typ, op, release, ended)
+}
+
+// OfflineWorkflow is an offline bundle's workflow as its agent ran it
+// (byoc bundle import-results), for RecordOfflineWorkflow.
+type OfflineWorkflow struct {
+	// Workflow is created queued and started running with Steps.
+	Workflow Workflow
+	Steps    []Step
+	AgentID  string
+	// Ran are the steps the agent ran, in order.
+	Ran []OfflineStep
+	// NotRun are the steps it did not run: they end skipped, NotRunMsg
+	// the reason.
+	NotRun    []string
+	NotRunMsg string
+	// State ends the workflow (Msg its message), the install in
+	// InstallState at the workflow's revision.
+	State        WorkflowState
+	Msg          string
+	InstallState InstallState
+	// Audit is the event that records the import, written last.
+	Audit AuditEvent
+	Now   time.Time
+}
+
+// OfflineStep is a step an agent ran offline: its job, how it ended, its
+// log lines, and what the step leaves (RecordOfflineStep, FinishStep).
+type OfflineStep struct {
+	Name           string
+	Job            Job
+	Result         Result
+	Logs           []LogLine
+	Started, Ended time.Time
+	StepState      StepState
+	Msg            string
+	Deployed       *InstallComponent
+	Removed        string
+}
+
+// RecordOfflineWorkflow records an offline bundle's workflow whole, in
+// one transaction, or nothing: it is created and started, each step its
+// agent ran recorded with its job and result (RecordOfflineStep) and
+// finished (FinishStep), the others skipped, the workflow ended, and
+// w.Audit written. A workflow of that id already is AlreadyExists; the
+// install running another workflow is a Conflict. So the workflow engine
+// never sees it half recorded (it would start its pending steps online),
+// and an import that failed left nothing to take for a finished one.
+func (s *Store) RecordOfflineWorkflow(ctx context.Context, w OfflineWorkflow) error {
+	if err := checkWorkflow(w.Workflow); err != nil {
+		return err
+	}
+	if err := requireTime("now", w.Now); err != nil {
+		return err
+	}
+	configs := make([]string, len(w.Ran))
+	for i, r := range w.Ran {
+		c, err := checkNewJob(r.Job)
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			if err == nil {
-				err = errs.E(errs.Conflict, "workflow %s: step %q is not pending", workflowID, name)
+		if !r.Result.State.Terminal() {
+			return errs.Field("state", "%q is not a final job state", r.Result.State)
+		}
+		if !r.StepState.Terminal() {
+			return errs.Field("state", "%q is not a final step state", r.StepState)
+		}
+		if err := requireTime("ended", r.Ended); err != nil {
+			return err
+		}
+		configs[i] = c
+	}
+	if !w.State.Terminal() {
+		return errs.Field("state", "%q is not a final workflow state", w.State)
+	}
+	id := w.Workflow.ID
+	return s.write(ctx, "record offline workflow", func(tx *txn) error {
+		if err := s.insertWorkflow(ctx, tx, w.Workflow); err != nil {
+			return err
+		}
+		ok, err := s.startWorkflow(ctx, tx, id, w.Steps, WorkflowRunning, []byte("{}"), w.Now)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errs.E(errs.Conflict, "install %s has a workflow running or awaiting approval", w.Workflow.InstallID)
+		}
+		for i, r := range w.Ran {
+			if err := s.recordOfflineStep(ctx, tx, id, r.Name, r.Job, configs[i], w.AgentID, r.Result, r.Logs, r.Started, r.Ended); err != nil {
+				return err
 			}
+			if ok, err := s.finishStep(ctx, tx, id, r.Name, r.Job.ID, r.StepState, r.Msg, r.Deployed, r.Removed, r.Ended); err != nil {
+				return err
+			} else if !ok {
+				return errs.E(errs.Conflict, "workflow %s: step %q is not running job %s", id, r.Name, r.Job.ID)
+			}
+		}
+		if len(w.NotRun) > 0 {
+			if err := s.endSteps(ctx, tx, id, w.NotRun, StepSkipped, w.NotRunMsg, w.Now); err != nil {
+				return err
+			}
+		}
+		if ok, err := s.endWorkflow(ctx, tx, id, w.State, w.Msg, w.InstallState, w.Workflow.AppRevision, nil, w.Now); err != nil {
 			return err
+		} else if !ok {
+			return errs.E(errs.Conflict, "workflow %s did not end", id)
 		}
-		if err := s.Audit(ctx, tx, AuditEvent{Chain: j.InstallID, At: started, Kind: "step.started", Actor: "imsd", Subject: "workflow:" + workflowID + "/" + name,
-			Data: map[string]string{"job": j.ID, "offline": "true"}}); err != nil {
-			return err
-		}
-		if err := s.insertQueued(ctx, tx, j, config); err != nil {
-			return err
-		}
-		var install, typ, op, release string
-		err = tx.QueryRowContext(ctx, s.bind(`UPDATE jobs SET state = ?, agent_id = ?, attempt = 1, fencing_token = 1, started_at = ?, ended_at = ?,
-			exit_code = ?, error = ?, outputs = ?, lease_deadline = 0 WHERE id = ? AND state = 'queued'
-			RETURNING install_id, component_type, operation, release_id`),
-			string(r.State), agentID, nanos(started), nanos(ended), r.ExitCode, r.Error, encodeMap(r.Outputs), j.ID).Scan(&install, &typ, &op, &release)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errs.E(errs.Conflict, "job %s is not queued", j.ID)
-		}
-		if err != nil {
-			return err
-		}
-		if err := s.insertLogs(ctx, tx, j.ID, 1, logs); err != nil {
-			return err
-		}
-		return s.finished(ctx, tx, j.ID, Writer{AgentID: agentID, FencingToken: 1}, r, "", install, typ, op, release, ended)
+		return s.Audit(ctx, tx, w.Audit)
 	})
 }

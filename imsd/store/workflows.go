@@ -417,42 +417,48 @@ func (s *Store) StartWorkflow(ctx context.Context, id string, steps []Step, stat
 		return false, err
 	}
 	err = s.write(ctx, "start workflow", func(tx *txn) error {
-		var wf workflowRow
-		err := tx.GetContext(ctx, &wf, s.bind(`UPDATE workflows SET state = ?, started_at = ?, inputs = ?
-			WHERE id = ? AND state = 'queued' AND NOT EXISTS (SELECT 1 FROM workflows o
-				WHERE o.install_id = workflows.install_id AND o.id <> workflows.id AND o.state IN `+activeStates+`)
-			RETURNING `+workflowCols), string(state), nanos(now), string(inputs), id)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		for i, st := range steps {
-			if _, err := tx.ExecContext(ctx, s.bind(`INSERT INTO workflow_steps (workflow_id, name, position, component, action,
-				component_type, operation, needs, reason, config, timeout_ns, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')`),
-				id, st.Name, i, st.Component, st.Action, st.ComponentType, st.Operation, encodeList(st.Needs), st.Reason,
-				string(st.Config), int64(st.Timeout)); err != nil {
-				if isUnique(err) {
-					return errs.E(errs.Invalid, "workflow %s: step %q is planned twice", id, st.Name)
-				}
-				return err
-			}
-		}
-		switch wf.Kind {
-		case "provision":
-			err = s.setInstallState(ctx, tx, wf.InstallID, InstallProvisioning)
-		case "deprovision":
-			err = s.setInstallState(ctx, tx, wf.InstallID, InstallDeprovisioning)
-		}
-		if err != nil {
-			return err
-		}
-		ok = true
-		return s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: now, Kind: "workflow.started", Actor: "imsd", Subject: "workflow:" + id,
-			Data: map[string]string{"state": string(state), "steps": strconv.Itoa(len(steps))}})
+		var err error
+		ok, err = s.startWorkflow(ctx, tx, id, steps, state, inputs, now)
+		return err
 	})
 	return ok, err
+}
+
+// startWorkflow is StartWorkflow's write, in tx.
+func (s *Store) startWorkflow(ctx context.Context, tx *txn, id string, steps []Step, state WorkflowState, inputs []byte, now time.Time) (ok bool, err error) {
+	var wf workflowRow
+	err = tx.GetContext(ctx, &wf, s.bind(`UPDATE workflows SET state = ?, started_at = ?, inputs = ?
+		WHERE id = ? AND state = 'queued' AND NOT EXISTS (SELECT 1 FROM workflows o
+			WHERE o.install_id = workflows.install_id AND o.id <> workflows.id AND o.state IN `+activeStates+`)
+		RETURNING `+workflowCols), string(state), nanos(now), string(inputs), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for i, st := range steps {
+		if _, err := tx.ExecContext(ctx, s.bind(`INSERT INTO workflow_steps (workflow_id, name, position, component, action,
+			component_type, operation, needs, reason, config, timeout_ns, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')`),
+			id, st.Name, i, st.Component, st.Action, st.ComponentType, st.Operation, encodeList(st.Needs), st.Reason,
+			string(st.Config), int64(st.Timeout)); err != nil {
+			if isUnique(err) {
+				return false, errs.E(errs.Invalid, "workflow %s: step %q is planned twice", id, st.Name)
+			}
+			return false, err
+		}
+	}
+	switch wf.Kind {
+	case "provision":
+		err = s.setInstallState(ctx, tx, wf.InstallID, InstallProvisioning)
+	case "deprovision":
+		err = s.setInstallState(ctx, tx, wf.InstallID, InstallDeprovisioning)
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: now, Kind: "workflow.started", Actor: "imsd", Subject: "workflow:" + id,
+		Data: map[string]string{"state": string(state), "steps": strconv.Itoa(len(steps))}})
 }
 
 func (s *Store) setInstallState(ctx context.Context, tx *txn, installID string, st InstallState) error {
@@ -501,38 +507,45 @@ func (s *Store) FinishStep(ctx context.Context, workflowID, name, jobID string, 
 		return false, errs.Field("state", "%q is not a final step state", state)
 	}
 	err = s.write(ctx, "finish step", func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = ?, error = ?, ended_at = ?
-			WHERE workflow_id = ? AND name = ? AND state = 'running' AND job_id = ?`), string(state), msg, nanos(now), workflowID, name, jobID)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return err
-		}
-		ok = true
-		if deployed != nil {
-			d := deployed
-			_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO install_components (`+installComponentCols+`)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-				ON CONFLICT (install_id, name) DO UPDATE SET component_type = excluded.component_type, digest = excluded.digest,
-					config = excluded.config, outputs = excluded.outputs, needs = excluded.needs, app_revision = excluded.app_revision,
-					workflow_id = excluded.workflow_id, job_id = excluded.job_id, deployed_at = excluded.deployed_at`),
-				d.InstallID, d.Name, d.ComponentType, d.Digest, string(d.Config), encodeMap(d.Outputs), encodeList(d.Needs),
-				d.AppRevision, d.WorkflowID, d.JobID, nanos(d.DeployedAt))
-			if err != nil {
-				return err
-			}
-		}
-		if removed != "" {
-			_, err = tx.ExecContext(ctx, s.bind(`DELETE FROM install_components WHERE install_id = (SELECT install_id FROM workflows WHERE id = ?) AND name = ?`),
-				workflowID, removed)
-			if err != nil {
-				return err
-			}
-		}
-		return s.auditStep(ctx, tx, workflowID, name, now, map[string]string{"state": string(state), "job": jobID, "error": truncate(msg, 512)})
+		var err error
+		ok, err = s.finishStep(ctx, tx, workflowID, name, jobID, state, msg, deployed, removed, now)
+		return err
 	})
 	return ok, err
+}
+
+// finishStep is FinishStep's write, in tx.
+func (s *Store) finishStep(ctx context.Context, tx *txn, workflowID, name, jobID string, state StepState, msg string,
+	deployed *InstallComponent, removed string, now time.Time) (bool, error) {
+	res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = ?, error = ?, ended_at = ?
+		WHERE workflow_id = ? AND name = ? AND state = 'running' AND job_id = ?`), string(state), msg, nanos(now), workflowID, name, jobID)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	if deployed != nil {
+		d := deployed
+		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO install_components (`+installComponentCols+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (install_id, name) DO UPDATE SET component_type = excluded.component_type, digest = excluded.digest,
+				config = excluded.config, outputs = excluded.outputs, needs = excluded.needs, app_revision = excluded.app_revision,
+				workflow_id = excluded.workflow_id, job_id = excluded.job_id, deployed_at = excluded.deployed_at`),
+			d.InstallID, d.Name, d.ComponentType, d.Digest, string(d.Config), encodeMap(d.Outputs), encodeList(d.Needs),
+			d.AppRevision, d.WorkflowID, d.JobID, nanos(d.DeployedAt))
+		if err != nil {
+			return false, err
+		}
+	}
+	if removed != "" {
+		_, err = tx.ExecContext(ctx, s.bind(`DELETE FROM install_components WHERE install_id = (SELECT install_id FROM workflows WHERE id = ?) AND name = ?`),
+			workflowID, removed)
+		if err != nil {
+			return false, err
+		}
+	}
+	return true, s.auditStep(ctx, tx, workflowID, name, now, map[string]string{"state": string(state), "job": jobID, "error": truncate(msg, 512)})
 }
 
 // EndSteps ends the pending steps named (state skipped, cancelled, or
@@ -544,23 +557,26 @@ func (s *Store) EndSteps(ctx context.Context, workflowID string, names []string,
 	if state != StepSkipped && state != StepCancelled && state != StepFailed {
 		return errs.Field("state", "pending steps end skipped, cancelled or failed, not %s", state)
 	}
-	return s.write(ctx, "end steps", func(tx *txn) error {
-		for _, n := range names {
-			res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = ?, error = ?, ended_at = ?
-				WHERE workflow_id = ? AND name = ? AND state = 'pending'`), string(state), msg, nanos(now), workflowID, n)
-			if err != nil {
+	return s.write(ctx, "end steps", func(tx *txn) error { return s.endSteps(ctx, tx, workflowID, names, state, msg, now) })
+}
+
+// endSteps is EndSteps's write, in tx.
+func (s *Store) endSteps(ctx context.Context, tx *txn, workflowID string, names []string, state StepState, msg string, now time.Time) error {
+	for _, n := range names {
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = ?, error = ?, ended_at = ?
+			WHERE workflow_id = ? AND name = ? AND state = 'pending'`), string(state), msg, nanos(now), workflowID, n)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil {
+			return err
+		} else if k > 0 {
+			if err := s.auditStep(ctx, tx, workflowID, n, now, map[string]string{"state": string(state), "error": truncate(msg, 512)}); err != nil {
 				return err
-			}
-			if k, err := res.RowsAffected(); err != nil {
-				return err
-			} else if k > 0 {
-				if err := s.auditStep(ctx, tx, workflowID, n, now, map[string]string{"state": string(state), "error": truncate(msg, 512)}); err != nil {
-					return err
-				}
 			}
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // EndWorkflow ends a workflow that has not ended yet and sets its

@@ -27,6 +27,14 @@ const bundleContext = "byoc bundle manifest v1\x00"
 // export-results) to its purpose; the agent signs it with its own key.
 const resultsContext = "byoc bundle results v1\x00"
 
+// bundleIDRE is a bundle id as imsd makes them (auth.NewSortableID
+// "bdl_"): its millisecond and random bits in sortable base32.
+var bundleIDRE = regexp.MustCompile(`^bdl_[0-9a-v]{26}$`)
+
+// ValidBundleID reports whether id is a bundle id as imsd makes them:
+// safe as a file name, and sorting by the time imsd made it.
+func ValidBundleID(id string) bool { return bundleIDRE.MatchString(id) }
+
 // SignBundleManifest signs a bundle manifest's bytes with imsd's key.
 func SignBundleManifest(key ed25519.PrivateKey, manifest []byte) []byte {
 	return ed25519.Sign(key, append([]byte(bundleContext), manifest...))

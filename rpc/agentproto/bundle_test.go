@@ -110,3 +110,23 @@ func TestBundleJobArtifact(t *testing.T) {
 		}
 	}
 }
+
+// An output is filled in as it is, never rendered again: an earlier
+// job's plugin (vendor code) that reports an output holding another
+// component's output reference does not get that output into a later
+// job's config. (A {{ .secrets.NAME }} it plants stays for the runner,
+// which fills in only the secrets the signed config lists.)
+func TestRenderOutputsOnce(t *testing.T) {
+	outs := map[string]map[string]string{
+		"web": {"url": OutputRef("db", "password") + " " + OutputRef("sandbox", "role")},
+		"db":  {"password": "pw-planted"}, "sandbox": {"role": "arn:planted"},
+	}
+	lookup := func(c, o string) (string, bool) { v, ok := outs[c][o]; return v, ok }
+	got, err := RenderOutputs(map[string]any{"notify": "site " + OutputRef("web", "url")}, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := got.(map[string]any)["notify"].(string); strings.Contains(s, "planted") || s != "site "+outs["web"]["url"] {
+		t.Fatalf("rendered %q", s)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -25,7 +26,7 @@ const (
 	resultsJobsContext = "byoc bundle results jobs v1\x00"
 	// jobsPairContext binds imsd's signature over a view and its sealed
 	// jobs.
-	jobsPairContext = "byoc bundle jobs pair v1\x00"
+	jobsPairContext = "byoc bundle jobs pair v2\x00"
 	// Masked replaces each sensitive value in a bundle's readable view.
 	Masked = "***"
 )
@@ -42,23 +43,37 @@ func ResultsJobsInfo(installID, agentID string) []byte {
 	return []byte(resultsJobsContext + installID + "\x00" + agentID)
 }
 
-func jobsPair(installID string, view, sealed []byte) []byte {
+// BundleJobsOf is what imsd's signature over a bundle's jobs binds them
+// to: the bundle (its id, install, agent, revision and workflow kind),
+// as CreateBundle made it. SignBundle signs a manifest only if it names
+// the same, so nobody holding a bundle's jobs can give them another
+// bundle's id (the agent keeps a bundle's results under its id, and
+// orders bundles by it), another revision or another kind.
+type BundleJobsOf struct {
+	InstallID, AgentID, BundleID string
+	Revision                     int64
+	WorkflowKind                 string
+}
+
+func jobsPair(of BundleJobsOf, view, sealed []byte) []byte {
 	v, s := sha256.Sum256(view), sha256.Sum256(sealed)
-	b := append([]byte(jobsPairContext), installID...)
-	b = append(b, 0)
+	b := []byte(jobsPairContext)
+	for _, f := range []string{of.InstallID, of.AgentID, of.BundleID, strconv.FormatInt(of.Revision, 10), of.WorkflowKind} {
+		b = append(append(b, f...), 0)
+	}
 	b = append(b, v[:]...)
 	return append(b, s[:]...)
 }
 
 // SignBundleJobs is imsd's signature over a bundle's readable view and
-// its sealed jobs, for install installID.
-func SignBundleJobs(key ed25519.PrivateKey, installID string, view, sealed []byte) []byte {
-	return ed25519.Sign(key, jobsPair(installID, view, sealed))
+// its sealed jobs, for the bundle of.
+func SignBundleJobs(key ed25519.PrivateKey, of BundleJobsOf, view, sealed []byte) []byte {
+	return ed25519.Sign(key, jobsPair(of, view, sealed))
 }
 
 // VerifyBundleJobs reports whether sig is pub's SignBundleJobs.
-func VerifyBundleJobs(pub ed25519.PublicKey, installID string, view, sealed, sig []byte) bool {
-	return len(pub) == ed25519.PublicKeySize && ed25519.Verify(pub, jobsPair(installID, view, sealed), sig)
+func VerifyBundleJobs(pub ed25519.PublicKey, of BundleJobsOf, view, sealed, sig []byte) bool {
+	return len(pub) == ed25519.PublicKeySize && ed25519.Verify(pub, jobsPair(of, view, sealed), sig)
 }
 
 // BundleJobsView is jobs as anyone may read them: each config's

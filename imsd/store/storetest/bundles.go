@@ -84,3 +84,73 @@ func testOfflineStep(t *testing.T, e *env) {
 	}
 	equal(t, "offline step.started events", offline, 2)
 }
+
+// testOfflineWorkflow: an offline bundle's workflow is recorded whole or
+// not at all: a step that cannot be recorded (its job exists already:
+// the same jobs passed off as another bundle's) leaves no workflow, no
+// step, no job and no audit event; recorded, it has ended with its
+// steps; the same workflow again is AlreadyExists and writes nothing.
+func testOfflineWorkflow(t *testing.T, e *env) {
+	ctx := e.ctx()
+	ins := e.install("offline-wf")
+	e.agent(ins, "ag-ow")
+	job := func(id, comp string) store.Job {
+		j := newJob(id, ins, at(time.Minute))
+		j.ComponentType, j.Component, j.MaxAttempts = "action", comp, 1
+		return j
+	}
+	res := store.Result{State: store.JobSucceeded, Outputs: map[string]string{"url": "x"}}
+	rec := func(id, webJob string) store.OfflineWorkflow {
+		return store.OfflineWorkflow{
+			Workflow: store.Workflow{ID: id, InstallID: ins, Kind: "provision", AppRevision: 4, Parallelism: 1, CreatedAt: at(time.Minute), CreatedBy: "bundle b"},
+			Steps:    planSteps("web", "db"), AgentID: "ag-ow",
+			Ran: []store.OfflineStep{{Name: "web", Job: job(webJob, "web"), Result: res, Logs: lines(1, 1, 2), Started: at(2 * time.Minute), Ended: at(3 * time.Minute),
+				StepState: store.StepSucceeded, Deployed: &store.InstallComponent{InstallID: ins, Name: "web", ComponentType: "action", Config: []byte("{}"),
+					AppRevision: 4, WorkflowID: id, JobID: webJob, DeployedAt: at(3 * time.Minute)}}},
+			NotRun: []string{"db"}, NotRunMsg: "not run on the agent",
+			State: store.WorkflowFailed, Msg: "steps not succeeded: db", InstallState: store.InstallFailed,
+			Audit: store.AuditEvent{Chain: ins, At: at(4 * time.Minute), Kind: "bundle.results_imported", Actor: "imsd", Subject: "bundle:" + id},
+			Now:   at(4 * time.Minute),
+		}
+	}
+	events := func() int {
+		evs, err := e.s.ListAuditEvents(ctx, store.AuditFilter{Chain: ins, OneChain: true})
+		ok(t, err)
+		return len(evs)
+	}
+	// A job of that id exists already: nothing of the workflow is written.
+	e.enqueue("job-taken", ins, at(0))
+	n := events()
+	err := e.s.RecordOfflineWorkflow(ctx, rec("wf-ow-1", "job-taken"))
+	if err == nil {
+		t.Fatal("a workflow whose job exists already was recorded")
+	}
+	if _, _, err := e.s.GetWorkflow(ctx, "wf-ow-1"); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("the refused record left its workflow: %v", err)
+	}
+	equal(t, "audit events after the refused record", events(), n)
+	comps, err := e.s.InstallComponents(ctx, ins)
+	ok(t, err)
+	equal(t, "components after the refused record", len(comps), 0)
+
+	ok(t, e.s.RecordOfflineWorkflow(ctx, rec("wf-ow-2", "job-ow-web")))
+	wf, steps := e.getWorkflow("wf-ow-2")
+	equal(t, "workflow state", wf.State, store.WorkflowFailed)
+	equal(t, "web", steps["web"].State, store.StepSucceeded)
+	equal(t, "db", steps["db"].State, store.StepSkipped)
+	equal(t, "web's job", e.job("job-ow-web").State, store.JobSucceeded)
+	equal(t, "log lines", len(e.logs("job-ow-web")), 2)
+	comps, err = e.s.InstallComponents(ctx, ins)
+	ok(t, err)
+	equal(t, "components", len(comps), 1)
+	in, err := e.s.GetInstall(ctx, ins)
+	ok(t, err)
+	equal(t, "install state", in.State, store.InstallFailed)
+
+	n = events()
+	wantErr(t, e.s.RecordOfflineWorkflow(ctx, rec("wf-ow-2", "job-ow-web-2")), errs.AlreadyExists)
+	equal(t, "audit events after the second record", events(), n)
+	if _, err := e.s.GetJob(ctx, "job-ow-web-2"); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("the second record left its job: %v", err)
+	}
+}

@@ -99,6 +99,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Drift", testDrift},
 		{"ComponentImport", testComponentImport},
 		{"OfflineStep", testOfflineStep},
+		{"OfflineWorkflow", testOfflineWorkflow},
 		{"BuildAgentRole", testBuildAgentRole},
 		{"Builds", testBuilds},
 		{"RegistryGrants", testRegistryGrants},

@@ -1,0 +1,400 @@
+package operatorapi
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/workflow"
+	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// resultsFiles are results files as agentd bundle export-results writes
+// them, by bundle id: agent agentID (key agentKey) of inst-1 ran each
+// bundle's one action job (signed by imsd's key), in the order given,
+// and each succeeded; every file carries the agent's whole journal.
+func resultsFiles(t *testing.T, key auth.SigningKey, agentID string, agentKey ed25519.PrivateKey, t0 time.Time, bundleIDs ...string) map[string][]byte {
+	t.Helper()
+	var journal bytes.Buffer
+	var prev *auditchain.Record
+	jobs := map[string]agentproto.BundleJob{}
+	for _, id := range bundleIDs {
+		job := agentproto.BundleJob{Step: "hello", JobID: "job_" + strings.TrimPrefix(id, "bdl_"), InstallID: "inst-1", Attempt: 1, FencingToken: 1,
+			Mode: "maintenance", ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, Config: json.RawMessage(`{"command":"echo hi"}`)}
+		cfg, _ := job.DecodeConfig()
+		c, err := job.Claims(agentID, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Expires = t0.Add(time.Hour)
+		job.Signature, job.KeyID, job.ExpireUnixMs = key.Sign(&c), key.ID, c.Expires.UnixMilli()
+		jobs[id] = job
+		for _, r := range []auditchain.Record{
+			{Kind: "bundle.job.started", Subject: "job:" + job.JobID, Data: `{"bundle":"` + id + `"}`},
+			{Kind: "bundle.job.finished", Subject: "job:" + job.JobID, Data: `{"bundle":"` + id + `","outcome":"succeeded"}`},
+		} {
+			r.Chain, r.At, r.Actor = "agent:"+agentID, t0.UnixNano(), "agent:"+agentID
+			r = auditchain.Next(prev, r)
+			prev = &r
+			b, _ := json.Marshal(r)
+			journal.Write(append(b, '\n'))
+		}
+	}
+	out := map[string][]byte{}
+	for _, id := range bundleIDs {
+		job := jobs[id]
+		b, _ := json.Marshal([]agentproto.BundleJob{job})
+		sealed, err := agentchannel.SealTo(key.Public, agentproto.ResultsJobsInfo("inst-1", agentID), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, _ := json.Marshal(map[string]any{"bundle": id, "install_id": "inst-1", "agent_id": agentID, "revision": 1, "workflow_kind": "update",
+			"jobs": []map[string]any{{"job_id": job.JobID, "step": "hello", "outcome": "succeeded", "log": []string{"hi"},
+				"started_at": t0, "ended_at": t0.Add(time.Second)}}})
+		dir := t.TempDir()
+		for name, b := range map[string][]byte{resultsFileName: res, journalFileName: journal.Bytes(), BundleJobsFile: []byte("[]\n"), BundleSealedJobsFile: sealed} {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		files, err := bundlefile.Scan(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindResults, ID: id, InstallID: "inst-1", AgentID: agentID,
+			Revision: 1, Created: t0, Files: files})
+		var f bytes.Buffer
+		pub := agentKey.Public().(ed25519.PublicKey)
+		if err := bundlefile.Write(&f, dir, raw, bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: agentproto.SignBundleResults(agentKey, raw)}); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = f.Bytes()
+	}
+	return out
+}
+
+// resultsAgent enrols agent ag-1 of inst-1 in s's store, and gives s a
+// workflow engine.
+func resultsAgent(t *testing.T, s *Service, st *store.Store, t0 time.Time) (store.Agent, ed25519.PrivateKey) {
+	t.Helper()
+	_, agentKey, _ := ed25519.GenerateKey(nil)
+	return resultsAgentWithKey(t, s, st, t0, agentKey)
+}
+
+// resultsAgentWithKey is resultsAgent with the agent's key given.
+func resultsAgentWithKey(t *testing.T, s *Service, st *store.Store, t0 time.Time, agentKey ed25519.PrivateKey) (store.Agent, ed25519.PrivateKey) {
+	t.Helper()
+	ctx := context.Background()
+	s.cfg.Engine = workflow.NewEngine(st, s.hub, s.now, s.log)
+	agentPub := agentKey.Public().(ed25519.PublicKey)
+	if err := st.CreateEnrollmentToken(ctx, store.EnrollmentToken{Hash: "h-ag", InstallID: "inst-1", ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	ag, err := st.Enroll(ctx, "h-ag", store.Agent{ID: "ag-1", PublicKey: agentPub, Hostname: "host", Version: "v1"}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ag, agentKey
+}
+
+// importResults imports file into install acme.
+func importResults(s *Service, file []byte) (*imsv1.ImportBundleResultsResponse, error) {
+	r, err := s.ImportBundleResults(context.Background(), connect.NewRequest(&imsv1.ImportBundleResultsRequest{Install: "acme", File: file}))
+	if err != nil {
+		return nil, err
+	}
+	return r.Msg, nil
+}
+
+// A results file imported while the install runs another workflow is
+// refused with nothing recorded, and imports once that one ended. It
+// used to leave its workflow behind, queued: the import after the other
+// workflow ended said the results were imported before (they never
+// were), and the workflow engine started that workflow online.
+func TestImportResultsWhileAWorkflowRuns(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	bundleID := auth.NewSortableID("bdl_", t0)
+	file := resultsFiles(t, key, ag.ID, agentKey, t0, bundleID)[bundleID]
+	wfID := "wf_" + strings.TrimPrefix(bundleID, "bdl_")
+
+	// Another workflow runs on the install (an operator's action run).
+	other := store.Workflow{ID: "wf-other", InstallID: "inst-1", Kind: "action", Action: "migrate", Parallelism: 1, CreatedAt: t0}
+	if err := st.CreateWorkflow(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.StartWorkflow(ctx, other.ID, []store.Step{{Name: "migrate", Action: "migrate", ComponentType: "action", Operation: "apply",
+		Config: []byte("{}"), Timeout: time.Minute}}, store.WorkflowRunning, []byte("{}"), t0); err != nil || !ok {
+		t.Fatalf("start the other workflow: %v %v", ok, err)
+	}
+	imp := func() (*imsv1.ImportBundleResultsResponse, error) { return importResults(s, file) }
+	if _, err := imp(); err == nil || !strings.Contains(err.Error(), "has a workflow running or awaiting approval") {
+		t.Fatalf("import while another workflow runs: %v", err)
+	}
+	if _, _, err := st.GetWorkflow(ctx, wfID); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("the refused import left its workflow: %v", err)
+	}
+	if _, err := st.GetJob(ctx, resultsJobID(t, file)); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("the refused import left its job: %v", err)
+	}
+
+	if _, err := st.EndWorkflow(ctx, other.ID, store.WorkflowSucceeded, "", store.InstallActive, 0, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := imp()
+	if err != nil || out.AlreadyImported || out.WorkflowState != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("import once the other workflow ended: %v, %v", out, err)
+	}
+	// Again: nothing changes, and it says so.
+	events := func() int {
+		evs, err := st.ListAuditEvents(ctx, store.AuditFilter{Chain: "inst-1", OneChain: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(evs)
+	}
+	n := events()
+	if out, err := imp(); err != nil || !out.AlreadyImported {
+		t.Fatalf("the second import: %v, %v", out, err)
+	}
+	if events() != n {
+		t.Fatalf("the second import wrote %d audit events", events()-n)
+	}
+}
+
+// resultsJobID is the id of the one job of a results file.
+func resultsJobID(t *testing.T, file []byte) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "r")
+	if _, _, err := bundlefile.Read(bytes.NewReader(file), dir, func([]byte, *bundlefile.Manifest, bundlefile.Signature) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, resultsFileName))
+	var r offlineResults
+	if err := json.Unmarshal(raw, &r); err != nil || len(r.Jobs) != 1 {
+		t.Fatalf("results.json: %v", err)
+	}
+	return r.Jobs[0].JobID
+}
+
+// Results files imported out of the order their bundles were made: the
+// older bundle's, after the newer one's (the customer exported it later
+// with --bundle; its journal continues), are refused with nothing
+// recorded: they would set the install back to what the older bundle
+// deployed, though the newer one ran after it. In order, both import.
+func TestImportResultsOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	older, newer := auth.NewSortableID("bdl_", t0), auth.NewSortableID("bdl_", t0.Add(time.Minute))
+	files := resultsFiles(t, key, ag.ID, agentKey, t0, older, newer)
+	if out, err := importResults(s, files[newer]); err != nil || out.AlreadyImported {
+		t.Fatalf("the newer bundle's results: %v, %v", out, err)
+	}
+	_, err := importResults(s, files[older])
+	if err == nil || !strings.Contains(err.Error(), "bundle "+older+" was made before bundle "+newer+", whose results were imported already") {
+		t.Fatalf("the older bundle's results after the newer's: %v", err)
+	}
+	if _, _, err := st.GetWorkflow(ctx, "wf_"+strings.TrimPrefix(older, "bdl_")); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("the refused results left a workflow: %v", err)
+	}
+	// The newer's again: imported before, as it says.
+	if out, err := importResults(s, files[newer]); err != nil || !out.AlreadyImported {
+		t.Fatalf("the newer bundle's results again: %v, %v", out, err)
+	}
+
+	// In order, on a fresh imsd: both import.
+	s2, st2, _, _ := bundleService(t)
+	s2.cfg.SigningKey = key
+	ag2, _ := resultsAgentWithKey(t, s2, st2, t0, agentKey)
+	files = resultsFiles(t, key, ag2.ID, agentKey, t0, older, newer)
+	for _, id := range []string{older, newer} {
+		if out, err := importResults(s2, files[id]); err != nil || out.AlreadyImported {
+			t.Fatalf("bundle %s's results, in order: %v, %v", id, out, err)
+		}
+	}
+}
+
+// A results file from elsewhere records nothing: one of install acme
+// imported into another install, one signed by a key that is not its
+// agent's (another install's agent, naming acme's agent), and one naming
+// an agent of another install as its signer.
+func TestImportResultsFromElsewhere(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	if err := st.CreateInstall(ctx, store.Install{ID: "inst-2", AppID: "app-1", Name: "globex", CreatedAt: t0},
+		store.EnrollmentToken{Hash: "h-2", ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	otherPub, otherKey, _ := ed25519.GenerateKey(nil)
+	if _, err := st.Enroll(ctx, "h-2", store.Agent{ID: "ag-2", PublicKey: otherPub, Hostname: "host", Version: "v1"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	id := auth.NewSortableID("bdl_", t0)
+	for _, bad := range []struct {
+		name, install string
+		file          []byte
+		want          string
+	}{
+		{"into another install", "globex", resultsFiles(t, key, ag.ID, agentKey, t0, id)[id], "the results are of install inst-1, not globex"},
+		{"signed by another install's agent", "acme", resultsFiles(t, key, ag.ID, otherKey, t0, id)[id], "the signature is not agent ag-1's"},
+		{"of another install's agent", "acme", resultsFiles(t, key, "ag-2", otherKey, t0, id)[id], "agent ag-2 is not an agent of install acme"},
+	} {
+		_, err := s.ImportBundleResults(ctx, connect.NewRequest(&imsv1.ImportBundleResultsRequest{Install: bad.install, File: bad.file}))
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "nothing was recorded") {
+			t.Errorf("%s: %v, want %q", bad.name, err, bad.want)
+		}
+	}
+	for _, in := range []string{"inst-1", "inst-2"} {
+		if wfs, err := st.ListWorkflows(ctx, store.WorkflowFilter{InstallID: in}); err != nil || len(wfs) > 0 {
+			t.Fatalf("install %s: workflows %v, %v", in, wfs, err)
+		}
+	}
+}
+
+// The same results file imported twice at once (two operators, or a
+// retry racing the first call) is recorded once: one import records it,
+// the other says it was imported; one workflow, one record of the
+// import, the job finished once.
+func TestImportResultsTwiceAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	id := auth.NewSortableID("bdl_", t0)
+	file := resultsFiles(t, key, ag.ID, agentKey, t0, id)[id]
+	type res struct {
+		out *imsv1.ImportBundleResultsResponse
+		err error
+	}
+	ch := make(chan res, 2)
+	for range 2 {
+		go func() {
+			out, err := importResults(s, file)
+			ch <- res{out, err}
+		}()
+	}
+	recorded := 0
+	for range 2 {
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("an import: %v", r.err)
+		}
+		if !r.out.AlreadyImported {
+			recorded++
+		}
+	}
+	if recorded != 1 {
+		t.Fatalf("%d of the two imports recorded the results", recorded)
+	}
+	evs, err := st.ListAuditEvents(ctx, store.AuditFilter{Chain: "inst-1", OneChain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, ev := range evs {
+		kinds[ev.Kind]++
+	}
+	if kinds[kindResultsImported] != 1 || kinds["job.finished"] != 1 || kinds["workflow.started"] != 1 {
+		t.Fatalf("audit events: %v", kinds)
+	}
+}
+
+// editEntry rewrites the tar file with entry name's content changed by
+// edit (the manifest and the other entries as they were).
+func editEntry(t *testing.T, file []byte, name string, edit func([]byte) []byte) []byte {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader(file))
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	found := false
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name == name {
+			b, found = edit(b), true
+			h.Size = int64(len(b))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(b)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatalf("no %s in the file", name)
+	}
+	return out.Bytes()
+}
+
+// A results file edited after the agent signed it, in any of its files
+// (the manifest, the results, the journal, the jobs' view, the sealed
+// jobs), records nothing, and the refusal names the file.
+func TestImportResultsEditedAfterSigning(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	id := auth.NewSortableID("bdl_", t0)
+	file := resultsFiles(t, key, ag.ID, agentKey, t0, id)[id]
+	flip := func(b []byte) []byte {
+		b = bytes.Clone(b)
+		b[len(b)/2] ^= 0x01
+		return b
+	}
+	for _, c := range []struct{ entry, want string }{
+		{bundlefile.ManifestName, "manifest.sig: the signature is not agent ag-1's"},
+		{resultsFileName, "results.json: sha256 "},
+		{journalFileName, "journal.jsonl: sha256 "},
+		{BundleJobsFile, "jobs.json: sha256 "},
+		{BundleSealedJobsFile, "jobs.sealed: sha256 "},
+		{resultsFileName + "+", "results.json: "},
+	} {
+		edit, name := flip, c.entry
+		if c.entry == bundlefile.ManifestName {
+			edit = func(b []byte) []byte { return bytes.Replace(b, []byte(`"revision":1`), []byte(`"revision":2`), 1) }
+		}
+		if n, ok := strings.CutSuffix(c.entry, "+"); ok {
+			// One line of log more, the size changed too.
+			name, edit = n, func(b []byte) []byte { return bytes.Replace(b, []byte(`["hi"]`), []byte(`["hi","more"]`), 1) }
+		}
+		_, err := importResults(s, editEntry(t, file, name, edit))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "nothing was recorded") {
+			t.Errorf("%s edited: %v, want %q", c.entry, err, c.want)
+		}
+	}
+	if wfs, err := st.ListWorkflows(ctx, store.WorkflowFilter{InstallID: "inst-1"}); err != nil || len(wfs) > 0 {
+		t.Fatalf("workflows after the edited files: %v, %v", wfs, err)
+	}
+	if out, err := importResults(s, file); err != nil || out.AlreadyImported {
+		t.Fatalf("the file as signed: %v, %v", out, err)
+	}
+}
