@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -272,9 +274,16 @@ func (c *Collector) readLines(source, file string, off, end int64, now time.Time
 		if text == "" {
 			continue
 		}
-		text = c.rules.Line(text)
+		// A forwarded line is UTF-8 (a proto string must be: a batch
+		// that is not cannot be sent, and its Send would end the
+		// stream), cut at a character's boundary.
+		text = c.rules.Line(strings.ToValidUTF8(text, "\uFFFD"))
 		if len(text) > MaxLineBytes {
-			text = text[:MaxLineBytes] + "…"
+			cut := MaxLineBytes
+			for cut > 0 && !utf8.RuneStart(text[cut]) {
+				cut--
+			}
+			text = text[:cut] + "…"
 		}
 		b.line(&agentv1.TelemetryLine{Source: source, File: file, Text: text, Time: timestamppb.New(now)})
 	}
