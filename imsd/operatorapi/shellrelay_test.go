@@ -2,12 +2,15 @@ package operatorapi
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,5 +150,61 @@ func TestSupportShellRelayAgentEvents(t *testing.T) {
 	}
 	if kinds["support.session.started"] != 1 || kinds["support.session.ended"] != 1 {
 		t.Fatalf("audit: %v", kinds)
+	}
+}
+
+// A kept recording altered in the database is refused at replay even
+// when the alteration rewrote the row's sha256 column with its new
+// bytes' hash: the SHA-256 GetSupportRecording gives the caller to check
+// is the one the install's hash-chained audit recorded when imsd kept
+// it. A row put in the table without that record (a forged recording) is
+// not sent at all.
+func TestSupportRecordingTamperedRowAndHash(t *testing.T) {
+	e := newRelayEnv(t)
+	ctx := context.Background()
+	orig := []byte(`{"version":2,"width":80,"height":24,"timestamp":1795000000,"title":"byoc support session ss_1 by ops"}` + "\n" + `[0.1,"o","$ id\r\n"]` + "\n")
+	sum := sha256.Sum256(orig)
+	if err := e.st.SaveSessionRecording(ctx, store.SessionRecording{SessionID: "ss_1", InstallID: "inst-acme", AgentID: "agt-acme",
+		SHA256: hex.EncodeToString(sum[:]), Data: orig, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(id string) (*imsv1.GetSupportRecordingResponse, error) {
+		r, err := e.client.GetSupportRecording(ctx, connect.NewRequest(&imsv1.GetSupportRecordingRequest{Id: id}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg, nil
+	}
+	r, err := get("ss_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sha256.Sum256(r.Data); hex.EncodeToString(got[:]) != r.Recording.Sha256 {
+		t.Fatalf("an untouched recording does not match its SHA-256")
+	}
+
+	forged := []byte(strings.Replace(string(orig), "$ id", "$ ok", 1))
+	fsum := sha256.Sum256(forged)
+	if err := e.st.RawExec(ctx, `UPDATE support_session_recordings SET data = ?, sha256 = ? WHERE session_id = ?`,
+		forged, hex.EncodeToString(fsum[:]), "ss_1"); err != nil {
+		t.Fatal(err)
+	}
+	r, err = get("ss_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sha256.Sum256(r.Data); hex.EncodeToString(got[:]) == r.Recording.Sha256 {
+		t.Fatalf("a recording rewritten with its column passes the caller's check (SHA-256 %s)", r.Recording.Sha256)
+	}
+	if r.Recording.Sha256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("SHA-256 given %s, want the kept one %x", r.Recording.Sha256, sum)
+	}
+
+	if err := e.st.RawExec(ctx, `INSERT INTO support_session_recordings (session_id, install_id, agent_id, sha256, size, data, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, "ss_2", "inst-acme", "agt-acme", hex.EncodeToString(fsum[:]), len(forged), forged, time.Now().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := get("ss_2"); err == nil || !strings.Contains(err.Error(), "ss_2") || !strings.Contains(err.Error(), "tampered") {
+		t.Fatalf("a recording with no kept record: %v", err)
 	}
 }
