@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/byoc-dev/byoc/agentd/sessionrec"
 	"github.com/byoc-dev/byoc/internal/asciicast"
@@ -124,8 +126,8 @@ func sessionList(dir string, asJSON bool, stdout io.Writer, now time.Time) error
 		} else if st, err := os.Stat(sessionrec.CastPath(dir, m.ID)); err == nil {
 			m.OutputBytes = st.Size() // roughly, while it runs
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s)\t%s\t%d/%d\t%s\n", m.ID, m.Operator, m.Grant, m.Started.Local().Format(time.DateTime),
-			reltime.Since(now, m.Started), ended, m.OutputBytes, m.InputBytes, m.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s)\t%s\t%d/%d\t%s\n", shown(m.ID), shown(m.Operator), shown(m.Grant), m.Started.Local().Format(time.DateTime),
+			reltime.Since(now, m.Started), ended, m.OutputBytes, m.InputBytes, shown(m.Reason))
 	}
 	return tw.Flush()
 }
@@ -231,4 +233,16 @@ func sessionPlay(ctx context.Context, dir, id string, speed float64, raw bool, s
 		return fmt.Errorf("%s: %w", sessionrec.CastPath(dir, id), err)
 	}
 	return asciicast.Play(ctx, evs, speed, raw, stdout)
+}
+
+// shown makes a summary's text safe for the columns and the terminal:
+// what imsd sent (the operator's name) is shown, never obeyed, whatever
+// an older agent kept.
+func shown(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
 }

@@ -13,6 +13,12 @@ import (
 // writeSession records a finished session in state dir dir.
 func writeSession(t *testing.T, dir, id string, out ...string) {
 	t.Helper()
+	writeSessionBy(t, dir, id, "token:sup", out...)
+}
+
+// writeSessionBy records a finished session of operator in state dir dir.
+func writeSessionBy(t *testing.T, dir, id, operator string, out ...string) {
+	t.Helper()
 	sdir := sessionrec.Dir(dir)
 	start := time.Now().Add(-time.Minute)
 	w, err := sessionrec.Create(sdir, id, sessionrec.Header{Width: 80, Height: 24}, start)
@@ -27,9 +33,25 @@ func writeSession(t *testing.T, dir, id string, out ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sessionrec.WriteMeta(sdir, sessionrec.Meta{ID: id, Operator: "token:sup", Grant: "bg_1", Started: start,
+	if err := sessionrec.WriteMeta(sdir, sessionrec.Meta{ID: id, Operator: operator, Grant: "bg_1", Started: start,
 		Ended: start.Add(time.Second), Reason: "ended: the command exited", SHA256: sum, Size: size, OutputBytes: 12}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The operator's name imsd sent is shown by agentd session list, never
+// obeyed: a name with escape sequences (kept by an agent before the
+// agent refused such names) cannot write to the customer's terminal or
+// add a line.
+func TestSessionListShowsOperatorAsText(t *testing.T) {
+	dir := t.TempDir()
+	writeSessionBy(t, dir, "ss_bbbbbbbb", "token:sup\x1b]0;owned\x07\nss_forged  admin", "$ ")
+	var o, e bytes.Buffer
+	if code := sessionCmd(context.Background(), []string{"--state-dir", dir, "list"}, &o, &e, time.Now); code != 0 {
+		t.Fatalf("list: %d %s", code, e.String())
+	}
+	if strings.ContainsAny(o.String(), "\x1b\a") || strings.Count(o.String(), "\n") != 2 || !strings.Contains(o.String(), "token:sup") {
+		t.Fatalf("list: %q", o.String())
 	}
 }
 
