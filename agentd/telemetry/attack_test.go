@@ -102,3 +102,65 @@ func TestParseMetricsNotUTF8(t *testing.T) {
 		}
 	}
 }
+
+// The vendor's declaration names the log files; the agent's own files
+// are never read as logs, named directly, matched by a glob, or reached
+// through a symbolic link in a log directory: the agent's identity (its
+// private key, one JSON line), its customer's control files and its
+// session recordings stay on the machine. An ordinary file beside them is
+// read.
+func TestCollectorNeverReadsTheAgentsFiles(t *testing.T) {
+	state := t.TempDir()
+	logs := t.TempDir()
+	secrets := filepath.Join(t.TempDir(), "secrets.env")
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(state, "identity.json"), `{"agent_id":"agt_1","private_key":"PRIVATEKEY"}`+"\n")
+	write(filepath.Join(state, "sessions", "ss_1.cast"), `[0.1,"o","SESSIONOUTPUT"]`+"\n")
+	write(secrets, "DB_PASSWORD=SECRETVALUE\n")
+	write(filepath.Join(logs, "app.log"), "ordinary line\n")
+	for name, target := range map[string]string{"id.log": filepath.Join(state, "identity.json"), "sec.log": secrets, "st.log": state + "/sessions/ss_1.cast"} {
+		if err := os.Symlink(target, filepath.Join(logs, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Unix(1800000000, 0)
+	setting := permissions.TelemetrySetting{Mode: "metrics,logs"}
+	c := &Collector{Setting: func() (permissions.TelemetrySetting, error) { return setting, nil }, Now: func() time.Time { return now },
+		Hidden: []string{state, secrets}}
+	c.SetConfig(&agentv1.TelemetryConfig{Logs: []*agentv1.LogSource{
+		{Name: "dir", Path: filepath.Join(logs, "*.log"), IntervalMs: 1000},
+		{Name: "identity", Path: filepath.Join(state, "identity.json"), IntervalMs: 1000},
+		{Name: "state", Path: filepath.Join(state, "*", "*"), IntervalMs: 1000},
+		{Name: "secrets", Path: secrets, IntervalMs: 1000},
+	}})
+	c.Collect(context.Background())
+	var got []string
+	for {
+		select {
+		case b := <-c.Batches():
+			for _, l := range b.Lines {
+				got = append(got, l.Text)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	all := strings.Join(got, "\n")
+	for _, secret := range []string{"PRIVATEKEY", "SESSIONOUTPUT", "SECRETVALUE"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("the agent's own file was read as a log: %q", all)
+		}
+	}
+	if len(got) != 1 || got[0] != "ordinary line" {
+		t.Errorf("lines %q, want the ordinary one", got)
+	}
+}
