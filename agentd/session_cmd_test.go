@@ -3,11 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/sessionrec"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 )
 
 // writeSession records a finished session in state dir dir.
@@ -88,5 +94,57 @@ func TestSessionCommands(t *testing.T) {
 		if _, errOut, code := run(bad...); code == 0 || errOut == "" {
 			t.Errorf("%v: exit %d, %q", bad, code, errOut)
 		}
+	}
+}
+
+// A recording altered on disk after its session ended (a stolen disk, a
+// root process) is not replayed by agentd session play: the SHA-256 the
+// agent put in its journal's session.ended record is checked first,
+// even when the summary was rewritten to match; an unaltered one plays.
+func TestSessionPlayRefusesAlteredRecording(t *testing.T) {
+	dir := t.TempDir()
+	writeSession(t, dir, "ss_cccccccc", "$ ", "id\r\n")
+	sdir := sessionrec.Dir(dir)
+	m, err := sessionrec.ReadMeta(sdir, "ss_cccccccc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := auditlog.Open(filepath.Join(auditlog.Dir(dir), auditlog.AgentFile), auditlog.AgentChain("agt_1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := auditlog.EncodeData(map[string]string{"recording_sha256": m.SHA256})
+	if _, err := j.Add(auditchain.Record{At: time.Now().UnixNano(), Kind: "session.ended", Actor: "agent", Subject: "session:ss_cccccccc", Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	run := func(args ...string) (string, string, int) {
+		var o, e bytes.Buffer
+		code := sessionCmd(context.Background(), append([]string{"--state-dir", dir}, args...), &o, &e, time.Now)
+		return o.String(), e.String(), code
+	}
+	if out, e, code := run("play", "--raw", "ss_cccccccc"); code != 0 || out != "$ id\r\n" {
+		t.Fatalf("unaltered: %d %q %s", code, out, e)
+	}
+	cast := sessionrec.CastPath(sdir, "ss_cccccccc")
+	b, err := os.ReadFile(cast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := bytes.Replace(b, []byte(`"id\r\n"`), []byte(`"ls\r\n"`), 1)
+	if bytes.Equal(forged, b) {
+		t.Fatal("the test's recording has no id line")
+	}
+	if err := os.WriteFile(cast, forged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(forged)
+	m.SHA256 = hex.EncodeToString(sum[:])
+	if err := sessionrec.WriteMeta(sdir, m); err != nil {
+		t.Fatal(err)
+	}
+	out, e, code := run("play", "--raw", "ss_cccccccc")
+	if code == 0 || out != "" || !strings.Contains(e, "altered") || !strings.Contains(e, "journal") {
+		t.Fatalf("altered: %d %q %s", code, out, e)
 	}
 }
