@@ -1,17 +1,25 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/sessionrec"
 	"github.com/byoc-dev/byoc/internal/asciicast"
 	"github.com/byoc-dev/byoc/internal/reltime"
@@ -34,7 +42,9 @@ with --allow-sessions (agentd breakglass approve ID --allow-sessions).
   kill ID                  end a running session (within a second)
   play ID [--speed N]      replay a session's output with its timing
                            (N times faster); --raw writes the output
-                           bytes exactly, at once
+                           bytes exactly, at once; an ended session's
+                           recording is checked first against the SHA-256
+                           in the journal's session.ended record
 `
 
 // sessionCmd runs "agentd session ...".
@@ -88,7 +98,7 @@ func sessionCmd(ctx context.Context, args []string, stdout, stderr io.Writer, no
 	case "kill":
 		err = sessionKill(ctx, dir, rest[0], stdout)
 	case "play":
-		err = sessionPlay(ctx, dir, rest[0], *speed, *raw, stdout)
+		err = sessionPlay(ctx, state, dir, rest[0], *speed, *raw, stdout)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd session %s: %v\n", cmd, err)
@@ -124,8 +134,8 @@ func sessionList(dir string, asJSON bool, stdout io.Writer, now time.Time) error
 		} else if st, err := os.Stat(sessionrec.CastPath(dir, m.ID)); err == nil {
 			m.OutputBytes = st.Size() // roughly, while it runs
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s)\t%s\t%d/%d\t%s\n", m.ID, m.Operator, m.Grant, m.Started.Local().Format(time.DateTime),
-			reltime.Since(now, m.Started), ended, m.OutputBytes, m.InputBytes, m.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (%s)\t%s\t%d/%d\t%s\n", shown(m.ID), shown(m.Operator), shown(m.Grant), m.Started.Local().Format(time.DateTime),
+			reltime.Since(now, m.Started), ended, m.OutputBytes, m.InputBytes, shown(m.Reason))
 	}
 	return tw.Flush()
 }
@@ -220,15 +230,57 @@ func sessionWatch(ctx context.Context, dir, id string, stdout io.Writer) error {
 
 // sessionPlay replays a recording's output with its timing, or (raw)
 // writes its output bytes exactly.
-func sessionPlay(ctx context.Context, dir, id string, speed float64, raw bool, stdout io.Writer) error {
-	f, err := os.Open(sessionrec.CastPath(dir, id))
+func sessionPlay(ctx context.Context, state, dir, id string, speed float64, raw bool, stdout io.Writer) error {
+	path := sessionrec.CastPath(dir, id)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	_, evs, err := sessionrec.Read(f)
+	// An ended session's recording is played only if it is the one the
+	// agent hashed at its end: the journal's session.ended record (which
+	// agentd audit verify vouches for), else its summary.
+	if want, from := endedSHA256(state, dir, id); want != "" {
+		sum := sha256.Sum256(b)
+		if got := hex.EncodeToString(sum[:]); got != want {
+			return fmt.Errorf("%s is altered: its SHA-256 is %s, %s recorded %s when the session ended; not playing it", path, got, from, want)
+		}
+	}
+	_, evs, err := sessionrec.Read(bytes.NewReader(b))
 	if err != nil {
-		return fmt.Errorf("%s: %w", sessionrec.CastPath(dir, id), err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	return asciicast.Play(ctx, evs, speed, raw, stdout)
+}
+
+// endedSHA256 is the SHA-256 of session id's recording as the agent
+// recorded it when the session ended, and where: its journal's
+// session.ended record, else its summary; "" while it runs.
+func endedSHA256(state, dir, id string) (sum, from string) {
+	if rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile)); err == nil {
+		for i := len(rs) - 1; i >= 0; i-- {
+			if rs[i].Kind != "session.ended" || rs[i].Subject != "session:"+id {
+				continue
+			}
+			var d map[string]string
+			if json.Unmarshal([]byte(rs[i].Data), &d) == nil && d["recording_sha256"] != "" {
+				return d["recording_sha256"], "the agent's journal (session.ended, seq " + strconv.FormatInt(rs[i].Seq, 10) + ")"
+			}
+		}
+	}
+	if m, err := sessionrec.ReadMeta(dir, id); err == nil && !m.Ended.IsZero() && m.SHA256 != "" {
+		return m.SHA256, "its summary " + id + ".json"
+	}
+	return "", ""
+}
+
+// shown makes a summary's text safe for the columns and the terminal:
+// what imsd sent (the operator's name) is shown, never obeyed, whatever
+// an older agent kept.
+func shown(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
 }

@@ -3,15 +3,27 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/sessionrec"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 )
 
 // writeSession records a finished session in state dir dir.
 func writeSession(t *testing.T, dir, id string, out ...string) {
+	t.Helper()
+	writeSessionBy(t, dir, id, "token:sup", out...)
+}
+
+// writeSessionBy records a finished session of operator in state dir dir.
+func writeSessionBy(t *testing.T, dir, id, operator string, out ...string) {
 	t.Helper()
 	sdir := sessionrec.Dir(dir)
 	start := time.Now().Add(-time.Minute)
@@ -27,9 +39,25 @@ func writeSession(t *testing.T, dir, id string, out ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sessionrec.WriteMeta(sdir, sessionrec.Meta{ID: id, Operator: "token:sup", Grant: "bg_1", Started: start,
+	if err := sessionrec.WriteMeta(sdir, sessionrec.Meta{ID: id, Operator: operator, Grant: "bg_1", Started: start,
 		Ended: start.Add(time.Second), Reason: "ended: the command exited", SHA256: sum, Size: size, OutputBytes: 12}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The operator's name imsd sent is shown by agentd session list, never
+// obeyed: a name with escape sequences (kept by an agent before the
+// agent refused such names) cannot write to the customer's terminal or
+// add a line.
+func TestSessionListShowsOperatorAsText(t *testing.T) {
+	dir := t.TempDir()
+	writeSessionBy(t, dir, "ss_bbbbbbbb", "token:sup\x1b]0;owned\x07\nss_forged  admin", "$ ")
+	var o, e bytes.Buffer
+	if code := sessionCmd(context.Background(), []string{"--state-dir", dir, "list"}, &o, &e, time.Now); code != 0 {
+		t.Fatalf("list: %d %s", code, e.String())
+	}
+	if strings.ContainsAny(o.String(), "\x1b\a") || strings.Count(o.String(), "\n") != 2 || !strings.Contains(o.String(), "token:sup") {
+		t.Fatalf("list: %q", o.String())
 	}
 }
 
@@ -66,5 +94,57 @@ func TestSessionCommands(t *testing.T) {
 		if _, errOut, code := run(bad...); code == 0 || errOut == "" {
 			t.Errorf("%v: exit %d, %q", bad, code, errOut)
 		}
+	}
+}
+
+// A recording altered on disk after its session ended (a stolen disk, a
+// root process) is not replayed by agentd session play: the SHA-256 the
+// agent put in its journal's session.ended record is checked first,
+// even when the summary was rewritten to match; an unaltered one plays.
+func TestSessionPlayRefusesAlteredRecording(t *testing.T) {
+	dir := t.TempDir()
+	writeSession(t, dir, "ss_cccccccc", "$ ", "id\r\n")
+	sdir := sessionrec.Dir(dir)
+	m, err := sessionrec.ReadMeta(sdir, "ss_cccccccc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := auditlog.Open(filepath.Join(auditlog.Dir(dir), auditlog.AgentFile), auditlog.AgentChain("agt_1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := auditlog.EncodeData(map[string]string{"recording_sha256": m.SHA256})
+	if _, err := j.Add(auditchain.Record{At: time.Now().UnixNano(), Kind: "session.ended", Actor: "agent", Subject: "session:ss_cccccccc", Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	run := func(args ...string) (string, string, int) {
+		var o, e bytes.Buffer
+		code := sessionCmd(context.Background(), append([]string{"--state-dir", dir}, args...), &o, &e, time.Now)
+		return o.String(), e.String(), code
+	}
+	if out, e, code := run("play", "--raw", "ss_cccccccc"); code != 0 || out != "$ id\r\n" {
+		t.Fatalf("unaltered: %d %q %s", code, out, e)
+	}
+	cast := sessionrec.CastPath(sdir, "ss_cccccccc")
+	b, err := os.ReadFile(cast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := bytes.Replace(b, []byte(`"id\r\n"`), []byte(`"ls\r\n"`), 1)
+	if bytes.Equal(forged, b) {
+		t.Fatal("the test's recording has no id line")
+	}
+	if err := os.WriteFile(cast, forged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(forged)
+	m.SHA256 = hex.EncodeToString(sum[:])
+	if err := sessionrec.WriteMeta(sdir, m); err != nil {
+		t.Fatal(err)
+	}
+	out, e, code := run("play", "--raw", "ss_cccccccc")
+	if code == 0 || out != "" || !strings.Contains(e, "altered") || !strings.Contains(e, "journal") {
+		t.Fatalf("altered: %d %q %s", code, out, e)
 	}
 }

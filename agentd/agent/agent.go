@@ -332,7 +332,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		rotKick:     make(chan struct{}, 1),
 		stateCh:     make(chan struct{}),
 	}
-	a.telemetry = &telemetry.Collector{Setting: a.telemetrySetting, Tick: cfg.TelemetryTick, Log: cfg.Logger, Now: cfg.Now}
+	a.telemetry = &telemetry.Collector{Setting: a.telemetrySetting, Tick: cfg.TelemetryTick, Log: cfg.Logger, Now: cfg.Now,
+		Hidden: telemetryHidden(cfg)}
 	id, err := identity.Load(cfg.StateDir)
 	switch {
 	case err == nil:

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -20,6 +23,12 @@ func checkShellOpen(m *agentv1.ShellOpen) error {
 	}
 	if len(m.GetOperator()) > 256 {
 		return fmt.Errorf("operator: %d bytes, at most 256", len(m.GetOperator()))
+	}
+	// The operator's name is shown to the customer (agentd session list,
+	// the recording's title): text only, no escape sequence for their
+	// terminal.
+	if op := m.GetOperator(); !utf8.ValidString(op) || strings.ContainsFunc(op, unicode.IsControl) {
+		return fmt.Errorf("operator: %q is not UTF-8 text without control characters", op)
 	}
 	if err := agentproto.CheckShellCommand(m.GetCommand()); err != nil {
 		return err

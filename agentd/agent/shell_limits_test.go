@@ -42,6 +42,9 @@ func TestShellLimits(t *testing.T) {
 		{func(m *agentv1.ShellOpen) { m.WindowBytes = 0 }, "window_bytes"},
 		{func(m *agentv1.ShellOpen) { m.WindowBytes = agentproto.MaxShellWindow + 1 }, "window_bytes"},
 		{func(m *agentv1.ShellOpen) { m.Operator = strings.Repeat("o", 257) }, "operator"},
+		{func(m *agentv1.ShellOpen) { m.Operator = "token:sup\x1b]0;owned\x07\x1b[2J" }, "operator: "},
+		{func(m *agentv1.ShellOpen) { m.Operator = "token:sup\nforged line" }, "operator: "},
+		{func(m *agentv1.ShellOpen) { m.Operator = "token:\xff" }, "operator: "},
 	} {
 		m := okOpen()
 		tt.change(m)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -85,6 +86,20 @@ func telemetryProto(t permissions.TelemetrySetting) *agentv1.TelemetrySetting {
 		return nil
 	}
 	return &agentv1.TelemetrySetting{Mode: t.ModeName(), RedactLabels: t.RedactLabels, RedactFields: t.RedactFields, DropMetrics: t.DropMetrics}
+}
+
+// telemetryHidden are the paths the collector never reads as logs: the
+// agent's state directory and what the plugins' sandbox hides (its
+// secrets file, policy directory, the stack's files, signing files).
+func telemetryHidden(cfg Config) []string {
+	var out []string
+	if abs, err := filepath.Abs(cfg.StateDir); err == nil && cfg.StateDir != "" {
+		out = append(out, abs)
+	}
+	if r, ok := cfg.Runner.(*PluginRunner); ok {
+		out = append(out, r.SandboxHidden...)
+	}
+	return out
 }
 
 // takeTelemetryConfig takes the app's telemetry declaration imsd sent.

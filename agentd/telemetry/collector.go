@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -50,6 +52,12 @@ type Collector struct {
 	Tick time.Duration
 	Log  *slog.Logger
 	Now  func() time.Time
+	// Hidden are the agent's own paths (its state directory, secrets
+	// file, ...: files or directories). A log source's file that is one
+	// of them or under one, also through a symbolic link, is never read:
+	// the vendor's declaration names the paths, and the agent's identity,
+	// its customer's control files, secrets and recordings are not logs.
+	Hidden []string
 
 	cfg    atomic.Pointer[agentv1.TelemetryConfig]
 	out    chan *agentv1.TelemetryBatch
@@ -215,8 +223,17 @@ func (c *Collector) tail(l *agentv1.LogSource, send bool, now time.Time, b *batc
 	if len(files) > MaxFiles {
 		files = files[:MaxFiles]
 	}
+	var refused error
 	for _, f := range files {
 		key := l.Name + "\x00" + f
+		real, err := filepath.EvalSymlinks(f)
+		if err != nil {
+			continue
+		}
+		if c.hidden(real) {
+			refused = fmt.Errorf("%s: the agent's own file (%s), never read as a log", f, real)
+			continue
+		}
 		fi, err := os.Stat(f)
 		if err != nil || !fi.Mode().IsRegular() {
 			continue
@@ -240,7 +257,20 @@ func (c *Collector) tail(l *agentv1.LogSource, send bool, now time.Time, b *batc
 		}
 		c.offsets[key] = off + n
 	}
-	return nil
+	return refused
+}
+
+// hidden reports whether path (resolved) is one of c.Hidden or under one.
+func (c *Collector) hidden(path string) bool {
+	for _, h := range c.Hidden {
+		if r, err := filepath.EvalSymlinks(h); err == nil {
+			h = r
+		}
+		if rel, err := filepath.Rel(h, path); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
 }
 
 // readLines reads the whole lines of file between off and end, and
@@ -272,9 +302,16 @@ func (c *Collector) readLines(source, file string, off, end int64, now time.Time
 		if text == "" {
 			continue
 		}
-		text = c.rules.Line(text)
+		// A forwarded line is UTF-8 (a proto string must be: a batch
+		// that is not cannot be sent, and its Send would end the
+		// stream), cut at a character's boundary.
+		text = c.rules.Line(strings.ToValidUTF8(text, "\uFFFD"))
 		if len(text) > MaxLineBytes {
-			text = text[:MaxLineBytes] + "…"
+			cut := MaxLineBytes
+			for cut > 0 && !utf8.RuneStart(text[cut]) {
+				cut--
+			}
+			text = text[:cut] + "…"
 		}
 		b.line(&agentv1.TelemetryLine{Source: source, File: file, Text: text, Time: timestamppb.New(now)})
 	}

@@ -47,7 +47,13 @@ func NewRules(s permissions.TelemetrySetting) (*Rules, error) {
 		alt = append(alt, regexp.QuoteMeta(f))
 	}
 	if len(alt) > 0 {
-		r.pairs = regexp.MustCompile(`(^|[\s,{;])("?)(` + strings.Join(alt, "|") + `)("?)([=:]\s*)("(?:[^"\\]|\\.)*"|[^\s,;}]*)`)
+		// The name not inside a longer one (a letter, digit, _ or -
+		// before or after it: mypassword, password_hint), quoted or not,
+		// then = or :, and a double- or single-quoted or bare value: a
+		// logfmt pair, a URL's query parameter (&password=), a dotted
+		// key (db.password=), "password": "..." in text that is not
+		// JSON.
+		r.pairs = regexp.MustCompile(`(^|[^A-Za-z0-9_-])(\\?"?)(` + strings.Join(alt, "|") + `)(\\?"?)(\s*[=:]\s*)("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;}]*)`)
 	}
 	r.drop, _ = s.DropPatterns()
 	return r, nil
@@ -71,8 +77,9 @@ func (r *Rules) Labels(labels map[string]string) map[string]string {
 
 // Line redacts the fields of one log line: in a line that is a JSON
 // object, every key (at any depth) named by a rule gets the value
-// [redacted]; in any other line, NAME=VALUE and NAME: VALUE pairs of
-// such a field (logfmt, with a quoted or bare value) do.
+// [redacted], and so do such pairs inside its string values; in any
+// other line, NAME=VALUE and NAME: VALUE pairs of such a field (logfmt,
+// a URL's query, with a quoted or bare value) do.
 func (r *Rules) Line(text string) string {
 	if len(r.fields) == 0 {
 		return text
@@ -88,7 +95,7 @@ func (r *Rules) Line(text string) string {
 			return text
 		}
 	}
-	return r.pairs.ReplaceAllString(text, `$1$2$3$4$5`+Redacted)
+	return r.pairs.ReplaceAllString(text, pairRepl)
 }
 
 // redactJSON redacts v's fields in place, reporting whether any was.
@@ -100,16 +107,27 @@ func (r *Rules) redactJSON(v any) bool {
 			if r.fields[k] {
 				x[k] = Redacted
 				changed = true
+			} else if s, ok := e.(string); ok {
+				if red := r.pairs.ReplaceAllString(s, pairRepl); red != s {
+					x[k], changed = red, true
+				}
 			} else if r.redactJSON(e) {
 				changed = true
 			}
 		}
 	case []any:
-		for _, e := range x {
-			if r.redactJSON(e) {
+		for i, e := range x {
+			if s, ok := e.(string); ok {
+				if red := r.pairs.ReplaceAllString(s, pairRepl); red != s {
+					x[i], changed = red, true
+				}
+			} else if r.redactJSON(e) {
 				changed = true
 			}
 		}
 	}
 	return changed
 }
+
+// pairRepl keeps a matched pair's name and separator and masks its value.
+const pairRepl = `$1$2$3$4$5` + Redacted

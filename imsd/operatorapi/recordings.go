@@ -80,10 +80,24 @@ func (s *Service) GetSupportRecording(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	// The SHA-256 the caller checks is the one the install's audit chain
+	// recorded when imsd kept the recording, not the row's own column:
+	// whoever alters the row's bytes can alter its column in the same
+	// write, but not the append-only, hash-chained record without
+	// byoc audit verify (and the agent's copy of the chain) seeing it.
+	kept, err := s.store.SessionRecordingKeptSHA256(ctx, r.InstallID, r.SessionID)
+	if errs.Is(err, errs.NotFound) {
+		err = errs.E(errs.Conflict, "recording of support session %s is tampered with: %v; not sent", r.SessionID, err)
+	}
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	if err := s.store.RecordAudit(ctx, store.AuditEvent{Chain: r.InstallID, At: s.now(), Kind: KindRecordingRead,
 		Actor: callerFrom(ctx).Actor(), Subject: r.SessionID,
 		Data: map[string]string{"recording_sha256": r.SHA256, "size": strconv.Itoa(len(r.Data))}}); err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("cannot write the audit record of this read, so the recording was not sent; try again"))
 	}
-	return connect.NewResponse(&imsv1.GetSupportRecordingResponse{Recording: supportRecordingToProto(r), Data: r.Data}), nil
+	rec := supportRecordingToProto(r)
+	rec.Sha256 = kept
+	return connect.NewResponse(&imsv1.GetSupportRecordingResponse{Recording: rec, Data: r.Data}), nil
 }

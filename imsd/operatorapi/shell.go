@@ -210,6 +210,9 @@ func (s *Service) SupportShell(ctx context.Context, st *connect.BidiStream[imsv1
 		e, _ := ev.(*agentv1.ShellEvent)
 		switch {
 		case e.GetOpened() != nil:
+			if opened {
+				continue // said once: a second is not a second start
+			}
 			opened = true
 			close(started)
 			audit("support.session.started", map[string]string{"grant": e.Opened.GrantId,

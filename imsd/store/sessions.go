@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -30,7 +31,7 @@ func (s *Store) SaveSessionRecording(ctx context.Context, r SessionRecording) er
 		if err != nil {
 			return err
 		}
-		return s.Audit(ctx, tx, AuditEvent{Chain: r.InstallID, At: r.At, Kind: "support.session.recording_kept", Actor: "agent:" + r.AgentID,
+		return s.Audit(ctx, tx, AuditEvent{Chain: r.InstallID, At: r.At, Kind: KindRecordingKept, Actor: "agent:" + r.AgentID,
 			Subject: r.SessionID, Data: map[string]string{"recording_sha256": r.SHA256, "recording_bytes": strconv.Itoa(len(r.Data))}})
 	})
 }
@@ -75,4 +76,30 @@ func (s *Store) GetSessionRecording(ctx context.Context, id string) (SessionReco
 		return SessionRecording{}, err
 	}
 	return r.recording(), nil
+}
+
+// KindRecordingKept is the audit kind of a kept session recording.
+const KindRecordingKept = "support.session.recording_kept"
+
+// SessionRecordingKeptSHA256 returns the SHA-256 the audit chain of
+// install installID recorded when imsd kept support session id's
+// recording (its support.session.recording_kept record): the fingerprint
+// that an alteration of the kept row (its bytes and its sha256 column
+// together) cannot change without breaking the chain. NotFound if the
+// chain has none.
+func (s *Store) SessionRecordingKeptSHA256(ctx context.Context, installID, id string) (string, error) {
+	var data string
+	err := s.r.GetContext(ctx, &data, s.bind(`SELECT data FROM audit_events WHERE chain = ? AND kind = ? AND subject = ? ORDER BY seq LIMIT 1`),
+		installID, KindRecordingKept, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", errs.E(errs.NotFound, "the audit chain has no %s record of support session %q", KindRecordingKept, id)
+	}
+	if err != nil {
+		return "", err
+	}
+	m, err := decodeMap(data)
+	if err != nil {
+		return "", fmt.Errorf("the %s record of support session %q: %w", KindRecordingKept, id, err)
+	}
+	return m["recording_sha256"], nil
 }

@@ -26,6 +26,26 @@ const (
 	DefaultExpire      = time.Hour
 )
 
+// MaxSampleBytes bounds what one held sample's source, name and labels
+// (names and values) take, and one held line's source and file: a larger
+// one is dropped and counted, so that an install's series and lines stay
+// small whatever its agent sends (a line's text is bounded by the
+// protocol, 16 KiB).
+const MaxSampleBytes = 4 << 10
+
+// MaxSampleLabels bounds a held sample's labels; more is dropped and
+// counted.
+const MaxSampleLabels = 64
+
+// sampleSize is what m's source, name and labels take.
+func sampleSize(m *agentv1.MetricSample) int {
+	n := len(m.Source) + len(m.Name)
+	for k, v := range m.Labels {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
 // Config bounds a Store.
 type Config struct {
 	// MaxSeries is the most series held per install; a sample of a new
@@ -73,6 +93,7 @@ type install struct {
 	seq            uint64
 	agentDropped   [2]uint64 // samples, lines: as the agent reported
 	droppedSamples uint64    // by imsd
+	droppedLines   uint64    // by imsd
 	receivedAt     time.Time
 }
 
@@ -170,6 +191,10 @@ func (s *Store) Add(id string, b *agentv1.TelemetryBatch, now time.Time) {
 	in.receivedAt = now
 	in.agentDropped = [2]uint64{b.DroppedSamples, b.DroppedLines}
 	for _, m := range b.Samples {
+		if len(m.Labels) > MaxSampleLabels || sampleSize(m) > MaxSampleBytes {
+			in.droppedSamples++
+			continue
+		}
 		k := seriesKey(m.Source, m.Name, m.Labels)
 		if _, ok := in.series[k]; !ok && len(in.series) >= s.cfg.MaxSeries {
 			in.droppedSamples++
@@ -178,6 +203,10 @@ func (s *Store) Add(id string, b *agentv1.TelemetryBatch, now time.Time) {
 		in.series[k] = Sample{Source: m.Source, Name: m.Name, Labels: m.Labels, Value: m.Value, Time: m.Time.AsTime()}
 	}
 	for _, l := range b.Lines {
+		if len(l.Source)+len(l.File) > MaxSampleBytes {
+			in.droppedLines++
+			continue
+		}
 		in.seq++
 		line := Line{Seq: in.seq, Source: l.Source, File: l.File, Text: l.Text, Time: l.Time.AsTime()}
 		if len(in.lines) < s.cfg.MaxLines {
@@ -201,7 +230,7 @@ func (s *Store) Get(id string, linesAfter uint64, now time.Time) Snapshot {
 	if now.Sub(in.receivedAt) > s.cfg.Expire && !in.receivedAt.IsZero() {
 		in.series, in.lines, in.next = map[string]Sample{}, nil, 0
 	}
-	out := Snapshot{Setting: in.setting, DroppedSamples: in.agentDropped[0] + in.droppedSamples, DroppedLines: in.agentDropped[1], ReceivedAt: in.receivedAt}
+	out := Snapshot{Setting: in.setting, DroppedSamples: in.agentDropped[0] + in.droppedSamples, DroppedLines: in.agentDropped[1] + in.droppedLines, ReceivedAt: in.receivedAt}
 	for _, v := range in.series {
 		out.Samples = append(out.Samples, v)
 	}

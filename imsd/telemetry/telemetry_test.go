@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +47,38 @@ func TestStoreBounds(t *testing.T) {
 	s.SetSetting("ins_3", "off")
 	if got := s.Get("ins_3", 0, now); got.Setting != "off" || !got.ReceivedAt.IsZero() {
 		t.Errorf("turned off: %+v", got)
+	}
+}
+
+// What imsd holds of an install is bounded in bytes, not only in series
+// and lines: an agent (a hostile one, or an app whose metrics carry huge
+// label values: the agent's scrape may be 4 MiB) cannot make each of the
+// 10,000 series or 2,000 lines megabytes. A sample over MaxSampleBytes,
+// and a line whose source and file are over it, is dropped and counted;
+// the others are kept.
+func TestStoreSampleAndLineSize(t *testing.T) {
+	now := time.Unix(1800000000, 0)
+	s := New(Config{})
+	s.SetSetting("ins_1", "metrics,logs")
+	big := strings.Repeat("x", 1<<20)
+	b := &agentv1.TelemetryBatch{
+		Samples: []*agentv1.MetricSample{
+			{Source: "api", Name: "up", Value: 1, Time: timestamppb.New(now)},
+			{Source: "api", Name: "huge_label", Labels: map[string]string{"v": big}, Time: timestamppb.New(now)},
+			{Source: "api", Name: big, Time: timestamppb.New(now)},
+			{Source: big, Name: "x", Time: timestamppb.New(now)},
+		},
+		Lines: []*agentv1.TelemetryLine{
+			{Source: "app", File: "/var/log/app.log", Text: "ok", Time: timestamppb.New(now)},
+			{Source: "app", File: big, Text: "x", Time: timestamppb.New(now)},
+		},
+	}
+	s.Add("ins_1", b, now)
+	got := s.Get("ins_1", 0, now)
+	if len(got.Samples) != 1 || got.Samples[0].Name != "up" || got.DroppedSamples != 3 {
+		t.Errorf("samples %d (dropped %d); want up only, 3 dropped", len(got.Samples), got.DroppedSamples)
+	}
+	if len(got.Lines) != 1 || got.Lines[0].Text != "ok" || got.DroppedLines != 1 {
+		t.Errorf("lines %d (dropped %d); want the small one, 1 dropped", len(got.Lines), got.DroppedLines)
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/tui/termtext"
 )
 
 // telemetryCommand reads the app telemetry an install's agent forwarded
@@ -50,7 +52,7 @@ labels they remove. Needs read access to the install.`,
 			}
 			fmt.Fprintln(a.stdout)
 			for _, s := range m.GetSamples() {
-				fmt.Fprintf(a.stdout, "%s%s %s %d\n", s.GetName(), promLabels(s.GetSource(), s.GetLabels()),
+				fmt.Fprintf(a.stdout, "%s %s %d\n", promSeries(s.GetName(), s.GetSource(), s.GetLabels()),
 					strconv.FormatFloat(s.GetValue(), 'g', -1, 64), s.GetTime().AsTime().UnixMilli())
 			}
 			return nil
@@ -74,6 +76,10 @@ install.`,
 				return err
 			}
 			ctx := cmd.Context()
+			// On a terminal, the text is cleaned of control sequences, as
+			// a job's log is: a forwarded line is whatever the customer's
+			// app logged, maybe an end user's input.
+			clean := a.terminal(a.stdout)
 			var after uint64
 			for {
 				res, err := c.GetTelemetry(ctx, connect.NewRequest(&imsv1.GetTelemetryRequest{Install: args[0], LogsAfter: after}))
@@ -89,7 +95,11 @@ install.`,
 							return err
 						}
 					} else {
-						fmt.Fprintf(a.stdout, "%s %s %s\n", l.GetTime().AsTime().UTC().Format(time.RFC3339), l.GetSource(), l.GetText())
+						text := l.GetText()
+						if clean {
+							text = termtext.Clean(text, "\t")
+						}
+						fmt.Fprintf(a.stdout, "%s %s %s\n", l.GetTime().AsTime().UTC().Format(time.RFC3339), termtext.Clean(l.GetSource(), " "), text)
 					}
 					after = l.GetSeq()
 				}
@@ -108,6 +118,26 @@ install.`,
 	return group("telemetry", "Read the app telemetry (metrics, logs) installs' customers let their agents forward", metrics, logs)
 }
 
+// promName matches the metric and label names the Prometheus text format
+// writes bare; any other (a UTF-8 name) is quoted.
+var promName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
+
+// promQuote quotes a name or value, escaping quotes, backslashes, newlines
+// and every other control character: nothing the agent forwarded can end
+// the series' line or start another.
+func promQuote(s string) string { return strconv.Quote(s) }
+
+// promSeries writes a series as the Prometheus text format does: name,
+// then labels; a name that is not a legacy one goes quoted inside the
+// braces, as Prometheus 3 writes UTF-8 names.
+func promSeries(name, source string, labels map[string]string) string {
+	ls := promLabels(source, labels)
+	if promName.MatchString(name) {
+		return name + ls
+	}
+	return "{" + promQuote(name) + "," + ls[1:]
+}
+
 // promLabels writes labels as the Prometheus text format does, with the
 // source as a label of its own (source, or telemetry_source when the
 // metric has a source label), sorted.
@@ -123,7 +153,11 @@ func promLabels(source string, labels map[string]string) string {
 	all[key] = source
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(all)) {
-		parts = append(parts, k+"="+strconv.Quote(all[k]))
+		name := k
+		if !promName.MatchString(k) {
+			name = promQuote(k)
+		}
+		parts = append(parts, name+"="+promQuote(all[k]))
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/byoc-dev/byoc/internal/reltime"
+	"github.com/byoc-dev/byoc/tui/termtext"
 )
 
 // jsonOptions renders messages for scripts: every field present (so that a
@@ -216,8 +217,10 @@ func (t *table) row(cells ...string) {
 		if c == "" {
 			cells[i] = "-"
 		}
-		// A tab or newline in a cell would break the columns.
-		cells[i] = strings.NewReplacer("\t", " ", "\n", " ").Replace(cells[i])
+		// A tab or newline in a cell would break the columns, and a
+		// cell may hold what an agent or a job wrote (a recording's
+		// title, a message): control sequences are shown, not obeyed.
+		cells[i] = termtext.Clean(strings.NewReplacer("\t", " ", "\n", " ").Replace(cells[i]), " ")
 	}
 	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
 }
