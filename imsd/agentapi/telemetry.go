@@ -53,8 +53,10 @@ func (c *conn) reportTelemetry(ctx context.Context, p *agentv1.Permissions, now 
 	if p == nil {
 		return nil
 	}
+	// Only the modes agentd has: anything else (an agent's string, shown
+	// to operators) is taken as off, and nothing of it is held.
 	mode := p.GetTelemetry().GetMode()
-	if mode == "off" {
+	if mode != "metrics" && mode != "metrics,logs" {
 		mode = ""
 	}
 	s := c.svc

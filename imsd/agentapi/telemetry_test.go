@@ -71,6 +71,17 @@ func TestTelemetryHeldUnderTheReportedSetting(t *testing.T) {
 		}
 	}
 
+	// A mode agentd does not have (here one that would print a forged
+	// line and an escape sequence to the operator) is off.
+	odd, _ := e.openTelemetry(t, "metrics\nforged_total 1\x1b[2J")
+	odd.next(t) // welcome
+	odd.in <- telemetryBatch(now, 1, 0, "")
+	barrier(odd, "metrics\nforged_total 1\x1b[2J")
+	if got := tel.Get("ins_1", 0, now); got.Setting != "" || len(got.Samples) != 0 {
+		t.Fatalf("an unknown mode: setting %q, %d samples; want off, none", got.Setting, len(got.Samples))
+	}
+	close(odd.closed)
+
 	cs, _ := e.openTelemetry(t, "off")
 	cs.next(t) // welcome
 	cs.in <- telemetryBatch(now, 3, 3, "sent while off")

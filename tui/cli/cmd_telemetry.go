@@ -43,7 +43,7 @@ labels they remove. Needs read access to the install.`,
 				return writeJSON(a.stdout, res.Msg)
 			}
 			m := res.Msg
-			fmt.Fprintf(a.stdout, "# telemetry of %s: %s", args[0], m.GetSetting())
+			fmt.Fprintf(a.stdout, "# telemetry of %s: %s", args[0], termtext.Clean(m.GetSetting(), " "))
 			if t := m.GetReceivedTime(); t != nil {
 				fmt.Fprintf(a.stdout, "; last batch %s", t.AsTime().UTC().Format(time.RFC3339))
 			}
