@@ -164,3 +164,53 @@ func TestCollectorNeverReadsTheAgentsFiles(t *testing.T) {
 		t.Errorf("lines %q, want the ordinary one", got)
 	}
 }
+
+// The name tail checked may lead elsewhere by the time the file is
+// opened (a link in the app's log directory swapped between the two), and
+// a hard link to the agent's key gives no path of the agent's away: what
+// was opened is checked again, and the key's lines are never read.
+func TestCollectorChecksWhatItOpened(t *testing.T) {
+	state := t.TempDir()
+	logs := t.TempDir() // the same filesystem as state
+	key := filepath.Join(state, "identity.json")
+	if err := os.WriteFile(key, []byte(`{"private_key":"PRIVATEKEY"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &Collector{Hidden: []string{state}}
+	b := &batcher{c: c}
+	t.Run("a link swapped after the name was checked", func(t *testing.T) {
+		// tail's check of the name passed (it named an ordinary file);
+		// the name now leads to the key.
+		swapped := filepath.Join(logs, "swapped.log")
+		if err := os.Symlink(key, swapped); err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.readLines("app", swapped, 0, 100, time.Now(), b)
+		if err == nil || !strings.Contains(err.Error(), "the agent's own file") || n != 0 {
+			t.Fatalf("readLines of a link to the agent's key: %d bytes, err %v; want it refused as the agent's own file", n, err)
+		}
+	})
+	t.Run("a hard link to the key", func(t *testing.T) {
+		hard := filepath.Join(logs, "hard.log")
+		if err := os.Link(key, hard); err != nil {
+			t.Skipf("no hard link here: %v", err)
+		}
+		c.SetConfig(&agentv1.TelemetryConfig{Logs: []*agentv1.LogSource{{Name: "dir", Path: filepath.Join(logs, "hard.log"), IntervalMs: 1000}}})
+		c.Setting = func() (permissions.TelemetrySetting, error) { return permissions.TelemetrySetting{Mode: "metrics,logs"}, nil }
+		c.Now = time.Now
+		c.Collect(context.Background())
+		for {
+			select {
+			case got := <-c.Batches():
+				for _, l := range got.Lines {
+					if strings.Contains(l.Text, "PRIVATEKEY") {
+						t.Fatalf("a hard link to the agent's key was read as a log: %q", l.Text)
+					}
+				}
+				continue
+			default:
+			}
+			break
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -231,7 +233,7 @@ func (c *Collector) tail(l *agentv1.LogSource, send bool, now time.Time, b *batc
 			continue
 		}
 		if c.hidden(real) {
-			refused = fmt.Errorf("%s: the agent's own file (%s), never read as a log", f, real)
+			refused = &hiddenError{name: f, real: real}
 			continue
 		}
 		fi, err := os.Stat(f)
@@ -252,6 +254,11 @@ func (c *Collector) tail(l *agentv1.LogSource, send bool, now time.Time, b *batc
 			continue
 		}
 		n, err := c.readLines(l.Name, f, off, min(size, off+MaxReadBytes), now, b)
+		var he *hiddenError
+		if errors.As(err, &he) {
+			refused = err
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -273,6 +280,43 @@ func (c *Collector) hidden(path string) bool {
 	return false
 }
 
+// checkOpened refuses an opened log file that is one of the agent's own:
+// where the descriptor really leads (/proc/self/fd, which no link swapped
+// after the open can change) is under one of c.Hidden, or the file has
+// more than one name on the filesystem of one of them (a hard link to the
+// agent's key in a log directory has no path of the agent's to give it
+// away).
+func (c *Collector) checkOpened(fh *os.File, name string) error {
+	if len(c.Hidden) == 0 {
+		return nil
+	}
+	if real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fh.Fd())); err == nil && c.hidden(real) {
+		return &hiddenError{name: name, real: real}
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Nlink <= 1 {
+		return nil
+	}
+	for _, h := range c.Hidden {
+		var hs syscall.Stat_t
+		if syscall.Stat(h, &hs) == nil && hs.Dev == st.Dev {
+			return &hiddenError{name: name, real: fmt.Sprintf("a file with %d names on the filesystem of %s", st.Nlink, h)}
+		}
+	}
+	return nil
+}
+
+// A hiddenError is a log file tail refused as one of the agent's own.
+type hiddenError struct{ name, real string }
+
+func (e *hiddenError) Error() string {
+	return fmt.Sprintf("%s: the agent's own file (%s), never read as a log", e.name, e.real)
+}
+
 // readLines reads the whole lines of file between off and end, and
 // returns how many bytes it consumed (up to the last newline).
 func (c *Collector) readLines(source, file string, off, end int64, now time.Time, b *batcher) (int64, error) {
@@ -281,6 +325,11 @@ func (c *Collector) readLines(source, file string, off, end int64, now time.Time
 		return 0, err
 	}
 	defer fh.Close()
+	// The check tail made on the name is checked again on what was
+	// opened: a link swapped between the two is caught here.
+	if err := c.checkOpened(fh, file); err != nil {
+		return 0, err
+	}
 	buf := make([]byte, end-off)
 	n, err := fh.ReadAt(buf, off)
 	if err != nil && err != io.EOF {
