@@ -196,7 +196,9 @@ func TestCollectorChecksWhatItOpened(t *testing.T) {
 			t.Skipf("no hard link here: %v", err)
 		}
 		c.SetConfig(&agentv1.TelemetryConfig{Logs: []*agentv1.LogSource{{Name: "dir", Path: filepath.Join(logs, "hard.log"), IntervalMs: 1000}}})
-		c.Setting = func() (permissions.TelemetrySetting, error) { return permissions.TelemetrySetting{Mode: "metrics,logs"}, nil }
+		c.Setting = func() (permissions.TelemetrySetting, error) {
+			return permissions.TelemetrySetting{Mode: "metrics,logs"}, nil
+		}
 		c.Now = time.Now
 		c.Collect(context.Background())
 		for {
