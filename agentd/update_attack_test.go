@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,7 +23,8 @@ import (
 // Attacks on agentd update by the vendor's registry or the network path,
 // each against a real registry: a release signed by the trusted key but
 // with a signature for another type or version (a signature moved from
-// another artifact) is refused; a release without a binary for this
+// another artifact) is refused; a binary layer changed in the registry
+// after signing fails the digest check; a release without a binary for this
 // agent's platform fails, nothing swapped; an older, validly signed
 // release offered automatically is refused by a range that excludes it
 // (a downgrade is only taken as the policy allows: by hand under the
@@ -102,6 +104,7 @@ func TestAgentUpdateAttacks(t *testing.T) {
 	refused := func(what, ref string, auto bool, cause, want string) {
 		t.Helper()
 		err := apply(ref, auto)
+		t.Logf("%s: %v", what, err)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%s: %v; want refused: %s", what, err, want)
 		}
@@ -126,6 +129,32 @@ func TestAgentUpdateAttacks(t *testing.T) {
 	md = push("1.5.1", other)
 	sign(md, plugindist.AgentType, "1.5.1")
 	refused("a release for another platform", ref(md), false, causeDownload, "has no binary for "+plat)
+
+	// A binary layer changed in the vendor registry's storage after
+	// signing (same size, other bytes): the copy's digest check fails it.
+	md = push("1.5.2", plat)
+	sign(md, plugindist.AgentType, "1.5.2")
+	m, err := plugindist.ReadAgent(ctx, repo, md.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hex := m.Layers[plugindist.AgentKey(plat, "agentd")].Digest.Encoded()
+	tampered := 0
+	if err := filepath.WalkDir(vendor.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "data" && filepath.Base(filepath.Dir(p)) == hex {
+			b, rerr := os.ReadFile(p)
+			if rerr != nil {
+				return rerr
+			}
+			b[len(b)-1] ^= 1
+			tampered++
+			return os.WriteFile(p, b, 0o644)
+		}
+		return err
+	}); err != nil || tampered != 1 {
+		t.Fatalf("tamper with blob %s: %d files, %v", hex, tampered, err)
+	}
+	refused("a tampered binary layer", ref(md), false, causeDownload, "")
 
 	// A downgrade: 1.3.0, validly signed, offered automatically under a
 	// range that excludes it.
