@@ -22,6 +22,7 @@ import (
 	"oras.land/oras-go/v2/content"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/internal/plugindist"
@@ -297,5 +298,37 @@ func TestAgentUpdateTwoAppliesAtOnce(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(r.bin, f)); err != nil || fi.Mode().Perm()&0o022 != 0 {
 			t.Fatalf("%s: %v %v", f, fi.Mode(), err)
 		}
+	}
+}
+
+// A new version that fails its start before it reaches the update check
+// (here a --kubeconfig it cannot read; in life a config the new version
+// refuses) is a crash loop too: its fourth start rolls back. Before, such
+// a start exited before counting, so the supervisor restarted it forever.
+func TestAgentUpdateEarlyExitCounts(t *testing.T) {
+	state, bin := t.TempDir(), t.TempDir()
+	for _, f := range []string{"agentd.prev", bundle.Binary + ".prev", "agentd", bundle.Binary} {
+		if err := os.WriteFile(filepath.Join(bin, f), []byte(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &updateState{From: "0.9.0", To: buildinfo.Get().Short(), Release: "oci:x@sha256:" + strings.Repeat("0", 64), Dir: bin,
+		ConfirmWithin: time.Hour, Starts: maxUpdateStarts, FirstStart: time.Now()}
+	if err := saveUpdateState(state, s); err != nil {
+		t.Fatal(err)
+	}
+	var execed []string
+	realExec := execAgent
+	execAgent = func(path string, _ []string) error { execed = append(execed, path); return errors.New("not in a test") }
+	t.Cleanup(func() { execAgent = realExec })
+	run(t.Context(), []string{"--state-dir", state, "--kubeconfig", filepath.Join(t.TempDir(), "missing")})
+	if len(execed) != 1 || execed[0] != filepath.Join(bin, "agentd") {
+		t.Fatalf("the fourth start, failing early, executed %v; want the old agentd", execed)
+	}
+	if b, _ := os.ReadFile(filepath.Join(bin, "agentd")); string(b) != "agentd.prev" {
+		t.Fatalf("agentd is %q after the rollback", b)
+	}
+	if s, err := loadUpdateState(state); s != nil || err != nil {
+		t.Fatalf("update in progress after the rollback: %+v %v", s, err)
 	}
 }
