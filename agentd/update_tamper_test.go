@@ -332,3 +332,57 @@ func TestAgentUpdateEarlyExitCounts(t *testing.T) {
 		t.Fatalf("update in progress after the rollback: %+v %v", s, err)
 	}
 }
+
+// An update swapped in while a job runs: the running agent executes the
+// new agentd only once drain returned (its jobs finished and reported),
+// never while drain runs; an agent stopped while draining executes
+// nothing (the next start runs the new version).
+func TestWatchUpdateExecsOnlyAfterDrain(t *testing.T) {
+	state, bin := t.TempDir(), t.TempDir()
+	var execed []string
+	realExec := execAgent
+	execAgent = func(path string, _ []string) error { execed = append(execed, path); return errors.New("not in a test") }
+	t.Cleanup(func() { execAgent = realExec })
+	if err := saveUpdateState(state, &updateState{From: "1.4.0", To: "1.5.0", Dir: bin, ConfirmWithin: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	draining, jobDone := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- watchUpdate(t.Context(), state, "1.4.0", time.Millisecond, func(ctx context.Context, _ time.Duration) error {
+			close(draining)
+			<-jobDone // the running job finishes
+			return nil
+		}, log)
+	}()
+	select {
+	case <-draining:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not drain")
+	}
+	if len(execed) != 0 {
+		t.Fatalf("executed %v while a job ran", execed)
+	}
+	close(jobDone)
+	if err := <-done; err == nil || len(execed) != 1 || execed[0] != filepath.Join(bin, "agentd") {
+		t.Fatalf("after the drain: %v, executed %v", err, execed)
+	}
+
+	// Stopped while draining: nothing executed.
+	execed = nil
+	ctx, stop := context.WithCancel(t.Context())
+	draining = make(chan struct{})
+	go func() {
+		done <- watchUpdate(ctx, state, "1.4.0", time.Millisecond, func(ctx context.Context, _ time.Duration) error {
+			close(draining)
+			<-ctx.Done()
+			return ctx.Err()
+		}, log)
+	}()
+	<-draining
+	stop()
+	if err := <-done; err != nil || len(execed) != 0 {
+		t.Fatalf("stopped while draining: %v, executed %v", err, execed)
+	}
+}
