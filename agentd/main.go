@@ -491,6 +491,19 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 		// Never dialled: the command runs with no connection to imsd.
 		ims, token = cmp.Or(ims, "http://imsd.offline.invalid"), ""
 	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// An agent update in progress: this start counts, and the update is
+	// confirmed once the agent reconnects, else rolled back. Counted
+	// before anything else of the start can fail, so that a new version
+	// that exits early (a config it refuses) is a crash loop too.
+	var pendingUpdate *updateState
+	if stateDir != "" && offline == nil {
+		var err error
+		if pendingUpdate, err = updateAtStart(stateDir, buildinfo.Get().Short(), time.Now(), log); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: agent update: %v\n", err)
+			return 1
+		}
+	}
 	if role != "install" && role != "build" {
 		fmt.Fprintf(os.Stderr, "agentd: --role %q: want install or build\n", role)
 		return 2
@@ -505,7 +518,6 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 		fmt.Fprintf(os.Stderr, "agentd: --artifact-signing-key: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if k, ok := artifactKey.(*kmskey.Key); ok {
 		log.Info("artifacts are signed with an AWS KMS key", "key", k.ARN, "key_id", k.KeyID())
 	}
@@ -752,15 +764,6 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 			return 1
 		}
 		defer led.Close()
-	}
-	// An agent update in progress: this start counts, and the update is
-	// confirmed once the agent reconnects, else rolled back.
-	var pendingUpdate *updateState
-	if stateDir != "" && offline == nil {
-		if pendingUpdate, err = updateAtStart(stateDir, buildinfo.Get().Short(), time.Now(), log); err != nil {
-			fmt.Fprintf(os.Stderr, "agentd: agent update: %v\n", err)
-			return 1
-		}
 	}
 	// An agent release imsd offers is applied as the customer's update
 	// policy allows (update_offer.go), in this process's context.

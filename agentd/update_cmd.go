@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
@@ -192,6 +193,26 @@ func takeUpdateNotes(dir string) ([]updateNote, error) {
 		}
 	}
 	return out, os.Remove(path)
+}
+
+// updateLockFile is flocked by the update being applied.
+const updateLockFile = "update.lock"
+
+// lockUpdate takes the state dir's update lock, or says that another
+// update is being applied. Closing the file releases it.
+func lockUpdate(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, updateLockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, errors.New("another agentd update apply (or an offer from imsd) is applying an update to this agent now: try again once it is done (agentd update status)")
+		}
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return f, nil
 }
 
 func loadUpdateState(dir string) (*updateState, error) {
@@ -422,6 +443,14 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 	if err != nil {
 		return fmt.Errorf("the agent's identity holds the imsd keys a release's signature is checked with: %w", err)
 	}
+	// One update at a time (an offer and the customer's apply, or two
+	// applies): the second would swap over the first and keep the first's
+	// new agentd as agentd.prev, losing the old one.
+	lock, err := lockUpdate(u.stateDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	st, err := permissions.Load(u.stateDir)
 	if err != nil {
 		return fmt.Errorf("the update policy: %w", err)
