@@ -255,6 +255,15 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	if err := atomicfile.Write(filepath.Join(dir, "jobs.json"), b, 0o600); err != nil {
 		return fmt.Errorf("results: %w", err)
 	}
+	// The journal head imsd took last, as imsd signed it: the results
+	// file carries the journal after it only.
+	head, err := json.Marshal(journalHead{Seq: m.JournalSeq, Hash: m.JournalHash})
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, journalHeadFile), head, 0o600); err != nil {
+		return fmt.Errorf("results: %w", err)
+	}
 	if b, err := os.ReadFile(resPath); err == nil {
 		if err := json.Unmarshal(b, &res); err != nil {
 			return fmt.Errorf("%s: %w", resPath, err)

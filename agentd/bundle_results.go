@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -24,7 +27,55 @@ const (
 	jobsFile    = "jobs.json"
 	// sealedJobsFile is the jobs themselves, sealed to imsd's key.
 	sealedJobsFile = "jobs.sealed"
+	// journalHeadFile, in a bundle's directory (not a results file's),
+	// is the journal head its manifest named.
+	journalHeadFile = "journal-head.json"
 )
+
+// journalHead is the agent's journal head imsd imported last, as a
+// bundle's manifest names it (imsd signed it): 0, "" for none.
+type journalHead struct {
+	Seq  int64  `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// journalAfter is journal (the agent's audit journal, JSON lines) from
+// the record after head on, or the whole journal when head names none
+// (or the bundle was imported by an agent that kept no head). It
+// refuses a head that is not a record of this journal.
+func journalAfter(journal []byte, bundle string, head journalHead) ([]byte, error) {
+	if head.Seq == 0 {
+		return journal, nil
+	}
+	rest := journal
+	for len(rest) > 0 {
+		line := rest
+		n := bytes.IndexByte(rest, '\n')
+		if n >= 0 {
+			line, rest = rest[:n], rest[n+1:]
+		} else {
+			rest = nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var r struct {
+			Seq  int64  `json:"seq"`
+			Hash string `json:"hash"`
+		}
+		if err := json.Unmarshal(line, &r); err != nil {
+			return nil, fmt.Errorf("the agent's audit journal: %w", err)
+		}
+		if r.Seq < head.Seq {
+			continue
+		}
+		if r.Seq > head.Seq || r.Hash != head.Hash {
+			break
+		}
+		return rest, nil
+	}
+	return nil, fmt.Errorf("bundle %s names the agent's journal record %d with hash %s as the last imsd imported, and this agent's audit journal holds no such record: the bundle was made for another agent or state directory", bundle, head.Seq, head.Hash)
+}
 
 // exportResultsCmd runs agentd bundle export-results.
 func exportResultsCmd(args []string, stdout, stderr io.Writer) int {
@@ -84,6 +135,18 @@ func exportResults(stateDir, bundle, out string, stdout io.Writer) error {
 	journal, err := os.ReadFile(filepath.Join(auditlog.Dir(stateDir), auditlog.AgentFile))
 	if err != nil {
 		return fmt.Errorf("the agent's audit journal: %w", err)
+	}
+	// Only the records imsd has not taken yet.
+	var head journalHead
+	if b, err := os.ReadFile(filepath.Join(root, filepath.Base(bundle), journalHeadFile)); err == nil {
+		if err := json.Unmarshal(b, &head); err != nil {
+			return fmt.Errorf("%s: %w", journalHeadFile, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if journal, err = journalAfter(journal, r.Bundle, head); err != nil {
+		return err
 	}
 	work, err := os.MkdirTemp(filepath.Dir(out), ".results-")
 	if err != nil {

@@ -516,6 +516,20 @@ func TestBundleProvisionOffline(t *testing.T) {
 	if missing, err := ocicopy.Missing(ctx, dst, digest.Digest(b2.Digest), true); err != nil || len(missing) > 0 {
 		t.Fatalf("the install registry lacks part of %s: %v, %d missing", b2.Digest, err, len(missing))
 	}
+	// Its results carry only the agent's journal after the head imsd took
+	// at the import above (the bundle names it, under imsd's signature),
+	// chained to it.
+	results2 := filepath.Join(dir, "results2.tar")
+	if out, code = agentdBundle(t, state, "export-results", "-o", results2); code != 0 {
+		t.Fatalf("export-results of the second bundle: exit %d:\n%s", code, out)
+	}
+	var first auditchain.Record
+	if err := json.Unmarshal([]byte(strings.SplitN(string(tarEntry(t, results2, "journal.jsonl")), "\n", 2)[0]), &first); err != nil {
+		t.Fatal(err)
+	}
+	if strconv.FormatInt(first.Seq-1, 10) != head[1] || first.Prev != head[2] {
+		t.Fatalf("the second results file's journal starts at record %d (prev %s), not right after the head imsd took (record %s, hash %s)", first.Seq, first.Prev, head[1], head[2])
+	}
 	// The first bundle replayed now would roll web back: refused, and
 	// nothing runs. (bundle2b, made after bundle2 and never imported,
 	// would import: only bundles older than one imported are refused.)

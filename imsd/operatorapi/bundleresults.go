@@ -173,16 +173,21 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	if err != nil {
 		return nil, err
 	}
-	records, err := parseJournal(journal, "agent:"+agent.ID)
-	if err != nil {
-		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", journalFileName, err)
-	}
 	prevSeq, prevHash, newest, err := s.lastImport(ctx, in.ID, agent.ID)
 	if err != nil {
 		return nil, err
 	}
-	if prevSeq > 0 && (int64(len(records)) < prevSeq || records[prevSeq-1].Hash != prevHash) {
-		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: the agent's journal does not continue the one imported before (record %d had hash %s)", journalFileName, prevSeq, prevHash)
+	records, err := parseJournal(journal, "agent:"+agent.ID, prevSeq, prevHash)
+	if err != nil {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", journalFileName, err)
+	}
+	// A journal from record 1 (or any record up to the head imported
+	// before: older agents, a bundle made before the last import) must
+	// hold that head; one starting after it was chained to it above.
+	if first := records[0].Seq; prevSeq > 0 && first <= prevSeq {
+		if i := prevSeq - first; i >= int64(len(records)) || records[i].Hash != prevHash {
+			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: the agent's journal does not continue the one imported before (record %d had hash %s)", journalFileName, prevSeq, prevHash)
+		}
 	}
 	finished := map[string]map[string]string{}
 	for _, r := range records {
@@ -331,8 +336,11 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 }
 
 // parseJournal reads an agent's journal (JSON lines of auditchain.Record)
-// and checks that it is one whole chain named chain.
-func parseJournal(b []byte, chain string) ([]auditchain.Record, error) {
+// and checks that it is one chain named chain: whole (from record 1),
+// or continuing the head an earlier import took (record headSeq, hash
+// headHash; 0, "": none), or starting at or before that head (the
+// caller checks the head's record).
+func parseJournal(b []byte, chain string, headSeq int64, headHash string) ([]auditchain.Record, error) {
 	var rs []auditchain.Record
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
@@ -355,8 +363,28 @@ func parseJournal(b []byte, chain string) ([]auditchain.Record, error) {
 	if len(rs) == 0 {
 		return nil, fmt.Errorf("no records")
 	}
-	if p := auditchain.Verify(rs); p != nil {
-		return nil, p
+	first := rs[0].Seq
+	if first == 1 {
+		if p := auditchain.Verify(rs); p != nil {
+			return nil, p
+		}
+		return rs, nil
+	}
+	if headSeq == 0 || first < 1 || first > headSeq+1 {
+		return nil, fmt.Errorf("the journal starts at record %d, and imsd holds the agent's journal up to record %d only: records %d to %d are missing", first, headSeq, headSeq+1, first-1)
+	}
+	for i := range rs {
+		r := &rs[i]
+		switch {
+		case i == 0 && first == headSeq+1 && r.Prev != headHash:
+			return nil, fmt.Errorf("record %d: changed: its prev is not the hash %s of record %d, imported before", r.Seq, headHash, headSeq)
+		case i > 0 && r.Seq != rs[i-1].Seq+1:
+			return nil, fmt.Errorf("record %d: the chain goes from record %d to record %d", rs[i-1].Seq+1, rs[i-1].Seq, r.Seq)
+		case i > 0 && r.Prev != rs[i-1].Hash:
+			return nil, fmt.Errorf("record %d: changed: its prev is not the hash of the record before it", r.Seq)
+		case auditchain.Hash(*r) != r.Hash:
+			return nil, fmt.Errorf("record %d: changed: its content does not match its hash", r.Seq)
+		}
 	}
 	return rs, nil
 }

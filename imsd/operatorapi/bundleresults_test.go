@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,10 +33,38 @@ import (
 // and each succeeded; every file carries the agent's whole journal.
 func resultsFiles(t *testing.T, key auth.SigningKey, agentID string, agentKey ed25519.PrivateKey, t0 time.Time, bundleIDs ...string) map[string][]byte {
 	t.Helper()
-	var journal bytes.Buffer
+	return resultsFilesWith(t, key, agentID, agentKey, t0, journalShape{}, bundleIDs...)
+}
+
+// journalShape shapes the journal resultsFilesWith writes: pad[id]
+// records of padBytes each before bundle id's, and each bundle's file
+// carrying only its journal's records from from[id] on (0: all);
+// edit, if set, edits the journal's records of a file before it is
+// signed; ownOnly ends each file's journal at its bundle's records
+// (exported right after the bundle ran), not at the last bundle's.
+type journalShape struct {
+	ownOnly  bool
+	pad      map[string]int
+	padBytes int
+	from     map[string]int64
+	edit     func(id string, rs []auditchain.Record) []auditchain.Record
+}
+
+// resultsFilesWith is resultsFiles with the journal shaped by sh.
+func resultsFilesWith(t *testing.T, key auth.SigningKey, agentID string, agentKey ed25519.PrivateKey, t0 time.Time, sh journalShape, bundleIDs ...string) map[string][]byte {
+	t.Helper()
+	var journal []auditchain.Record
 	var prev *auditchain.Record
 	jobs := map[string]agentproto.BundleJob{}
+	ends := map[string]int{}
 	for _, id := range bundleIDs {
+		for range sh.pad[id] {
+			r := auditchain.Record{Kind: "agent.padding", Subject: "agent:" + agentID, Data: `{"x":"` + strings.Repeat("x", sh.padBytes) + `"}`,
+				Chain: "agent:" + agentID, At: t0.UnixNano(), Actor: "agent:" + agentID}
+			r = auditchain.Next(prev, r)
+			prev = &r
+			journal = append(journal, r)
+		}
 		job := agentproto.BundleJob{Step: "hello", JobID: "job_" + strings.TrimPrefix(id, "bdl_"), InstallID: "inst-1", Attempt: 1, FencingToken: 1,
 			Mode: "maintenance", ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, Config: json.RawMessage(`{"command":"echo hi"}`)}
 		cfg, _ := job.DecodeConfig()
@@ -53,9 +82,9 @@ func resultsFiles(t *testing.T, key auth.SigningKey, agentID string, agentKey ed
 			r.Chain, r.At, r.Actor = "agent:"+agentID, t0.UnixNano(), "agent:"+agentID
 			r = auditchain.Next(prev, r)
 			prev = &r
-			b, _ := json.Marshal(r)
-			journal.Write(append(b, '\n'))
+			journal = append(journal, r)
 		}
+		ends[id] = len(journal)
 	}
 	out := map[string][]byte{}
 	for _, id := range bundleIDs {
@@ -68,8 +97,23 @@ func resultsFiles(t *testing.T, key auth.SigningKey, agentID string, agentKey ed
 		res, _ := json.Marshal(map[string]any{"bundle": id, "install_id": "inst-1", "agent_id": agentID, "revision": 1, "workflow_kind": "update",
 			"jobs": []map[string]any{{"job_id": job.JobID, "step": "hello", "outcome": "succeeded", "log": []string{"hi"},
 				"started_at": t0, "ended_at": t0.Add(time.Second)}}})
+		rs := journal
+		if sh.ownOnly {
+			rs = rs[:ends[id]]
+		}
+		if f := sh.from[id]; f > 0 {
+			rs = rs[f-1:]
+		}
+		if sh.edit != nil {
+			rs = sh.edit(id, slices.Clone(rs))
+		}
+		var jb bytes.Buffer
+		for _, r := range rs {
+			b, _ := json.Marshal(r)
+			jb.Write(append(b, '\n'))
+		}
 		dir := t.TempDir()
-		for name, b := range map[string][]byte{resultsFileName: res, journalFileName: journal.Bytes(), BundleJobsFile: []byte("[]\n"), BundleSealedJobsFile: sealed} {
+		for name, b := range map[string][]byte{resultsFileName: res, journalFileName: jb.Bytes(), BundleJobsFile: []byte("[]\n"), BundleSealedJobsFile: sealed} {
 			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 				t.Fatal(err)
 			}

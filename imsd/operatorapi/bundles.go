@@ -138,9 +138,16 @@ func (s *Service) CreateBundle(ctx context.Context, req *connect.Request[imsv1.C
 		return nil, s.err(ctx, err)
 	}
 	vb = append(vb, '\n')
-	of := agentproto.BundleJobsOf{InstallID: in.ID, AgentID: agentID, BundleID: auth.NewSortableID("bdl_", now), Revision: rev, WorkflowKind: kind}
+	// The agent's journal head imsd took last: its results file carries
+	// the records after it only.
+	jseq, jhash, _, err := s.lastImport(ctx, in.ID, agentID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	of := agentproto.BundleJobsOf{InstallID: in.ID, AgentID: agentID, BundleID: auth.NewSortableID("bdl_", now), Revision: rev, WorkflowKind: kind,
+		JournalSeq: jseq, JournalHash: jhash}
 	out := &imsv1.CreateBundleResponse{BundleId: of.BundleID, InstallId: in.ID, AgentId: agentID, Revision: rev,
-		WorkflowKind: kind, JobsJson: vb, JobsSealed: sealed, JobsSignature: agentproto.SignBundleJobs(s.cfg.SigningKey.Private, of, vb, sealed),
+		WorkflowKind: kind, JournalSeq: jseq, JournalHash: jhash, JobsJson: vb, JobsSealed: sealed, JobsSignature: agentproto.SignBundleJobs(s.cfg.SigningKey.Private, of, vb, sealed),
 		Repositories: repos, SigningKeyId: s.cfg.SigningKey.ID,
 		App: app.Name, Install: in.Name, ExpireUnixMs: expires.UnixMilli(), Registry: s.cfg.RegistryURL}
 	if s.cfg.RegistryTokens != nil && len(repos) > 0 {
@@ -166,6 +173,8 @@ type bundleManifest struct {
 	AgentID      string `json:"agent_id"`
 	Revision     int64  `json:"revision"`
 	WorkflowKind string `json:"workflow_kind"`
+	JournalSeq   int64  `json:"journal_seq"`
+	JournalHash  string `json:"journal_hash"`
 	Files        []struct {
 		Path   string `json:"path"`
 		SHA256 string `json:"sha256"`
@@ -204,7 +213,8 @@ func (s *Service) SignBundle(ctx context.Context, req *connect.Request[imsv1.Sig
 	// manifest signed here vouches for nothing imsd did not sign. The
 	// sealed jobs cannot be read here (they are the agent's);
 	// CreateBundle signed them with their view.
-	of := agentproto.BundleJobsOf{InstallID: in.ID, AgentID: man.AgentID, BundleID: man.ID, Revision: man.Revision, WorkflowKind: man.WorkflowKind}
+	of := agentproto.BundleJobsOf{InstallID: in.ID, AgentID: man.AgentID, BundleID: man.ID, Revision: man.Revision, WorkflowKind: man.WorkflowKind,
+		JournalSeq: man.JournalSeq, JournalHash: man.JournalHash}
 	if !agentproto.VerifyBundleJobs(s.cfg.SigningKey.Public, of, m.JobsJson, m.JobsSealed, m.JobsSignature) {
 		return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_signature: %s and %s are not the jobs this imsd made for bundle %s (agent %s, revision %d, %s) of install %s (byoc bundle create makes them)",
 			BundleJobsFile, BundleSealedJobsFile, man.ID, man.AgentID, man.Revision, man.WorkflowKind, in.Name))

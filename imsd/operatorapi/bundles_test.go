@@ -52,18 +52,20 @@ func bundleService(t *testing.T) (*Service, *store.Store, auth.SigningKey, time.
 // it: "../identity" would put them beside the agent's key; a later id
 // would make an old bundle pass for a new one), another revision (imsd
 // records the install at the results' revision), another agent, or a
-// results file's kind. imsd signs none of them: its signature over the
+// results file's kind, or another journal head of the agent (its results
+// file would carry the journal after it). imsd signs none of them: its signature over the
 // jobs binds them to the bundle CreateBundle made.
 func TestSignBundleBindsTheBundle(t *testing.T) {
 	ctx := context.Background()
 	s, _, key, t0 := bundleService(t)
 	view, sealed := []byte(`[{"step":"web"}]`+"\n"), []byte("sealed to the agent")
-	of := agentproto.BundleJobsOf{InstallID: "inst-1", AgentID: "ag-1", BundleID: auth.NewSortableID("bdl_", t0), Revision: 3, WorkflowKind: "update"}
+	of := agentproto.BundleJobsOf{InstallID: "inst-1", AgentID: "ag-1", BundleID: auth.NewSortableID("bdl_", t0), Revision: 3, WorkflowKind: "update",
+		JournalSeq: 7, JournalHash: strings.Repeat("7", 64)}
 	jobsSig := agentproto.SignBundleJobs(key.Private, of, view, sealed)
 	vs, ss := sha256.Sum256(view), sha256.Sum256(sealed)
 	manifest := func(change func(*bundlefile.Manifest)) []byte {
 		m := bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: of.BundleID, InstallID: of.InstallID, AgentID: of.AgentID,
-			Revision: of.Revision, WorkflowKind: of.WorkflowKind, Created: t0, Files: []bundlefile.File{
+			Revision: of.Revision, WorkflowKind: of.WorkflowKind, JournalSeq: of.JournalSeq, JournalHash: of.JournalHash, Created: t0, Files: []bundlefile.File{
 				{Path: BundleJobsFile, Size: int64(len(view)), SHA256: hex.EncodeToString(vs[:])},
 				{Path: BundleSealedJobsFile, Size: int64(len(sealed)), SHA256: hex.EncodeToString(ss[:])}}}
 		if change != nil {
@@ -90,6 +92,9 @@ func TestSignBundleBindsTheBundle(t *testing.T) {
 		{"another revision", func(m *bundlefile.Manifest) { m.Revision = 9 }, "revision 9"},
 		{"another workflow kind", func(m *bundlefile.Manifest) { m.WorkflowKind = "provision" }, "are not the jobs this imsd made"},
 		{"another agent", func(m *bundlefile.Manifest) { m.AgentID = "ag-2" }, "(agent ag-2,"},
+		{"an older journal head", func(m *bundlefile.Manifest) { m.JournalSeq = 3 }, "are not the jobs this imsd made"},
+		{"another journal head hash", func(m *bundlefile.Manifest) { m.JournalHash = strings.Repeat("8", 64) }, "are not the jobs this imsd made"},
+		{"no journal head", func(m *bundlefile.Manifest) { m.JournalSeq, m.JournalHash = 0, "" }, "are not the jobs this imsd made"},
 		{"a results file's kind", func(m *bundlefile.Manifest) { m.Kind = bundlefile.KindResults }, `manifest: kind "results", not "bundle"`},
 	} {
 		err := sign(manifest(bad.change))

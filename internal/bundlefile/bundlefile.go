@@ -62,6 +62,11 @@ type Manifest struct {
 	Revision     int64     `json:"revision,omitempty"`
 	WorkflowKind string    `json:"workflow_kind,omitempty"`
 	Created      time.Time `json:"created"`
+	// JournalSeq and JournalHash are, in a bundle, the agent's audit
+	// journal head imsd imported last (none: 0, ""): the results file
+	// carries the journal records after it only.
+	JournalSeq  int64  `json:"journal_seq,omitempty"`
+	JournalHash string `json:"journal_hash,omitempty"`
 	// AgentRelease is the agent release a bundle carries (byoc bundle
 	// create --agent-release), if any: the agent verifies its own
 	// signature, loads it into the install registry and checks it

@@ -26,7 +26,7 @@ const (
 	resultsJobsContext = "byoc bundle results jobs v1\x00"
 	// jobsPairContext binds imsd's signature over a view and its sealed
 	// jobs.
-	jobsPairContext = "byoc bundle jobs pair v2\x00"
+	jobsPairContext = "byoc bundle jobs pair v3\x00"
 	// Masked replaces each sensitive value in a bundle's readable view.
 	Masked = "***"
 )
@@ -48,17 +48,22 @@ func ResultsJobsInfo(installID, agentID string) []byte {
 // as CreateBundle made it. SignBundle signs a manifest only if it names
 // the same, so nobody holding a bundle's jobs can give them another
 // bundle's id (the agent keeps a bundle's results under its id, and
-// orders bundles by it), another revision or another kind.
+// orders bundles by it), another revision or another kind. It binds
+// the agent's journal head imsd imported last (JournalSeq, JournalHash;
+// 0, "": none) too: the agent's results file carries its journal after
+// that head only, so nobody may move it.
 type BundleJobsOf struct {
 	InstallID, AgentID, BundleID string
 	Revision                     int64
 	WorkflowKind                 string
+	JournalSeq                   int64
+	JournalHash                  string
 }
 
 func jobsPair(of BundleJobsOf, view, sealed []byte) []byte {
 	v, s := sha256.Sum256(view), sha256.Sum256(sealed)
 	b := []byte(jobsPairContext)
-	for _, f := range []string{of.InstallID, of.AgentID, of.BundleID, strconv.FormatInt(of.Revision, 10), of.WorkflowKind} {
+	for _, f := range []string{of.InstallID, of.AgentID, of.BundleID, strconv.FormatInt(of.Revision, 10), of.WorkflowKind, strconv.FormatInt(of.JournalSeq, 10), of.JournalHash} {
 		b = append(append(b, f...), 0)
 	}
 	b = append(b, v[:]...)

@@ -173,6 +173,7 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 			}
 			m := bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: b.GetBundleId(), InstallID: b.GetInstallId(),
 				AgentID: b.GetAgentId(), App: b.GetApp(), Install: b.GetInstall(), Revision: b.GetRevision(), WorkflowKind: b.GetWorkflowKind(),
+				JournalSeq: b.GetJournalSeq(), JournalHash: b.GetJournalHash(),
 				Created: time.Now().UTC(), AgentRelease: rel, PluginReleases: plugins, Files: files}
 			raw, err := json.MarshalIndent(m, "", "  ")
 			if err != nil {

@@ -7227,6 +7227,12 @@ type CreateBundleResponse struct {
 	// jobs_signature is imsd's signature over jobs_json and jobs_sealed
 	// (agentproto.SignBundleJobs), which SignBundle asks for.
 	JobsSignature []byte `protobuf:"bytes,15,opt,name=jobs_signature,json=jobsSignature,proto3" json:"jobs_signature,omitempty"`
+	// journal_seq and journal_hash are the agent's audit journal head
+	// imsd imported last (0, "": none), bound by jobs_signature: the
+	// bundle's manifest carries them, and the agent's results file the
+	// journal records after that head only.
+	JournalSeq    int64  `protobuf:"varint,16,opt,name=journal_seq,json=journalSeq,proto3" json:"journal_seq,omitempty"`
+	JournalHash   string `protobuf:"bytes,17,opt,name=journal_hash,json=journalHash,proto3" json:"journal_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7364,6 +7370,20 @@ func (x *CreateBundleResponse) GetJobsSignature() []byte {
 		return x.JobsSignature
 	}
 	return nil
+}
+
+func (x *CreateBundleResponse) GetJournalSeq() int64 {
+	if x != nil {
+		return x.JournalSeq
+	}
+	return 0
+}
+
+func (x *CreateBundleResponse) GetJournalHash() string {
+	if x != nil {
+		return x.JournalHash
+	}
+	return ""
 }
 
 type SignBundleRequest struct {
@@ -10349,7 +10369,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x18\n" +
 	"\ainstall\x18\x03 \x01(\tR\ainstall\x12#\n" +
-	"\rvalid_seconds\x18\x04 \x01(\x03R\fvalidSeconds\"\xf2\x03\n" +
+	"\rvalid_seconds\x18\x04 \x01(\x03R\fvalidSeconds\"\xb6\x04\n" +
 	"\x14CreateBundleResponse\x12\x1b\n" +
 	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\x12\x1d\n" +
 	"\n" +
@@ -10368,7 +10388,10 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x0eexpire_unix_ms\x18\r \x01(\x03R\fexpireUnixMs\x12\x1f\n" +
 	"\vjobs_sealed\x18\x0e \x01(\fR\n" +
 	"jobsSealed\x12%\n" +
-	"\x0ejobs_signature\x18\x0f \x01(\fR\rjobsSignature\"\xae\x01\n" +
+	"\x0ejobs_signature\x18\x0f \x01(\fR\rjobsSignature\x12\x1f\n" +
+	"\vjournal_seq\x18\x10 \x01(\x03R\n" +
+	"journalSeq\x12!\n" +
+	"\fjournal_hash\x18\x11 \x01(\tR\vjournalHash\"\xae\x01\n" +
 	"\x11SignBundleRequest\x12\x1a\n" +
 	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x1b\n" +
 	"\tjobs_json\x18\x02 \x01(\fR\bjobsJson\x12\x18\n" +

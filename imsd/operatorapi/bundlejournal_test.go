@@ -1,0 +1,125 @@
+package operatorapi
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/internal/auditchain"
+)
+
+// callLimit is the most one operator call may carry (imsd/server).
+const callLimit = 4 << 20
+
+// An agent whose journal outgrew one call still gets its results
+// imported: once an earlier results file was imported, the next carries
+// only the journal records after the head imsd took, chained to it.
+// Before, imsd wanted the whole journal from record 1 every time.
+func TestImportResultsJournalAfterHead(t *testing.T) {
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	a, b := auth.NewSortableID("bdl_", t0), auth.NewSortableID("bdl_", t0.Add(time.Minute))
+	// 80 records of 64 KiB before bundle a's: records 1-82 are a's file's
+	// journal; b's records are 83 and 84.
+	sh := journalShape{ownOnly: true, pad: map[string]int{a: 80}, padBytes: 64 << 10}
+	whole := resultsFilesWith(t, key, ag.ID, agentKey, t0, sh, a, b)
+	sh.from = map[string]int64{b: 83}
+	files := resultsFilesWith(t, key, ag.ID, agentKey, t0, sh, a, b)
+	if len(whole[b]) <= callLimit || len(files[b]) >= callLimit {
+		t.Fatalf("the whole journal's file is %d bytes, the one after the head %d: want more, and less, than %d", len(whole[b]), len(files[b]), callLimit)
+	}
+	if out, err := importResults(s, files[a]); err != nil || out.JournalRecords != 82 {
+		t.Fatalf("bundle a's results: %v, %v", out, err)
+	}
+	out, err := importResults(s, files[b])
+	if err != nil || out.AlreadyImported || out.JournalRecords != 84 {
+		t.Fatalf("bundle b's results, journal after the head: %v, %v", out, err)
+	}
+	if _, _, err := st.GetWorkflow(context.Background(), out.WorkflowId); err != nil {
+		t.Fatalf("bundle b's workflow: %v", err)
+	}
+}
+
+// A journal after the head that skips, alters or relinks a record, or
+// starts past the head, is refused naming the record; nothing is
+// recorded.
+func TestImportResultsJournalAfterHeadRefused(t *testing.T) {
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	a, b, c := auth.NewSortableID("bdl_", t0), auth.NewSortableID("bdl_", t0.Add(time.Minute)), auth.NewSortableID("bdl_", t0.Add(2*time.Minute))
+	ok := resultsFilesWith(t, key, ag.ID, agentKey, t0, journalShape{ownOnly: true}, a, b, c)
+	if _, err := importResults(s, ok[a]); err != nil {
+		t.Fatal(err)
+	}
+	// Head: record 2. c's journal from record 3: records 3-6.
+	for _, tc := range []struct {
+		name, want string
+		edit       func(rs []auditchain.Record) []auditchain.Record
+	}{
+		{"record 3 left out", "the journal starts at record 4, and imsd holds the agent's journal up to record 2 only: records 3 to 3 are missing", func(rs []auditchain.Record) []auditchain.Record { return rs[1:] }},
+		{"record 4 left out", "record 4: the chain goes from record 3 to record 5", func(rs []auditchain.Record) []auditchain.Record { return append(rs[:1], rs[2:]...) }},
+		{"record 6 altered", "record 6: changed: its content does not match its hash", func(rs []auditchain.Record) []auditchain.Record {
+			rs[3].Data = strings.Replace(rs[3].Data, "succeeded", "failed", 1)
+			return rs
+		}},
+		{"record 3 relinked", "record 3: changed: its prev is not the hash", func(rs []auditchain.Record) []auditchain.Record {
+			rs[0].Prev = rs[1].Hash
+			return rs
+		}},
+	} {
+		sh := journalShape{ownOnly: true, from: map[string]int64{c: 3}, edit: func(id string, rs []auditchain.Record) []auditchain.Record {
+			if id == c {
+				return tc.edit(rs)
+			}
+			return rs
+		}}
+		files := resultsFilesWith(t, key, ag.ID, agentKey, t0, sh, a, b, c)
+		_, err := importResults(s, files[c])
+		if err == nil || !strings.Contains(err.Error(), "journal.jsonl: "+tc.want) {
+			t.Fatalf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		if _, _, err := st.GetWorkflow(context.Background(), "wf_"+strings.TrimPrefix(c, "bdl_")); !errs.Is(err, errs.NotFound) {
+			t.Fatalf("%s: the refused results left a workflow: %v", tc.name, err)
+		}
+	}
+}
+
+// A journal starting at or before the head imsd holds (an older agent's
+// whole journal, or a bundle made before the last import, which named
+// an older head) imports if its record at the head has the head's hash.
+func TestImportResultsJournalBeforeHead(t *testing.T) {
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	a, b, c := auth.NewSortableID("bdl_", t0), auth.NewSortableID("bdl_", t0.Add(time.Minute)), auth.NewSortableID("bdl_", t0.Add(2*time.Minute))
+	// b and c were both made after a's results were imported (head 2);
+	// b's are imported first (head 4), then c's, from record 3.
+	sh := journalShape{ownOnly: true, from: map[string]int64{b: 3, c: 3}}
+	files := resultsFilesWith(t, key, ag.ID, agentKey, t0, sh, a, b, c)
+	for _, id := range []string{a, b} {
+		if _, err := importResults(s, files[id]); err != nil {
+			t.Fatalf("bundle %s's results: %v", id, err)
+		}
+	}
+	// Record 4 altered (re-hashed, and the records after relinked): not
+	// the head imsd took.
+	bad := resultsFilesWith(t, key, ag.ID, agentKey, t0, journalShape{ownOnly: true, from: sh.from, edit: func(id string, rs []auditchain.Record) []auditchain.Record {
+		if id != c {
+			return rs
+		}
+		rs[1].Data = strings.Replace(rs[1].Data, "succeeded", "failed", 1)
+		for i := 1; i < len(rs); i++ {
+			p := rs[i-1]
+			rs[i] = auditchain.Next(&p, rs[i])
+		}
+		return rs
+	}}, a, b, c)
+	if _, err := importResults(s, bad[c]); err == nil || !strings.Contains(err.Error(), "does not continue the one imported before (record 4 had hash") {
+		t.Fatalf("c's results with record 4 altered: %v", err)
+	}
+	if out, err := importResults(s, files[c]); err != nil || out.AlreadyImported || out.JournalRecords != 6 {
+		t.Fatalf("c's results from record 3: %v, %v", out, err)
+	}
+}
