@@ -14,8 +14,6 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
-	"github.com/byoc-dev/byoc/internal/ocicopy"
-	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/plugindist"
 	"github.com/byoc-dev/byoc/plugins/bundle"
 )
@@ -34,16 +32,7 @@ func TestAgentUpdateAttacks(t *testing.T) {
 		t.Skip("starts a registry")
 	}
 	ctx := t.Context()
-	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	reg, err := ocicopy.ParseRegistry(vendor.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := ocicopy.Open(ctx, reg, "byoc/agent", ocicopy.Credentials{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
+	vendor, repo := agentReleaseRepo(t)
 	imsdPub, imsdKey, _ := ed25519.GenerateKey(rand.Reader)
 	plat := runtime.GOOS + "/" + runtime.GOARCH
 	push := func(v, p string) ocispec.Descriptor {

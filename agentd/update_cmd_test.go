@@ -41,16 +41,7 @@ func TestAgentUpdate(t *testing.T) {
 		t.Skip("starts a registry")
 	}
 	ctx := t.Context()
-	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	reg, err := ocicopy.ParseRegistry(vendor.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := ocicopy.Open(ctx, reg, "byoc/agent", ocicopy.Credentials{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
+	vendor, repo := agentReleaseRepo(t)
 	imsdPub, imsdKey, _ := ed25519.GenerateKey(rand.Reader)
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
 	plat := runtime.GOOS + "/" + runtime.GOARCH
@@ -291,4 +282,21 @@ func TestAgentUpdate(t *testing.T) {
 	if code, out := cmd("status"); code != 0 || !strings.Contains(out, "No update in progress") {
 		t.Fatalf("status: %s", out)
 	}
+}
+
+// agentReleaseRepo starts a vendor registry and opens its byoc/agent
+// repository, where the update tests publish agent releases.
+func agentReleaseRepo(t *testing.T) (*ocitest.Registry, *ocicopy.Repo) {
+	t.Helper()
+	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	reg, err := ocicopy.ParseRegistry(vendor.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := ocicopy.Open(t.Context(), reg, "byoc/agent", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { repo.Close() })
+	return vendor, repo
 }
