@@ -27,6 +27,13 @@ func signedBundle(t *testing.T, key ed25519.PrivateKey, id string) *os.File {
 // signed by key.
 func craftedBundle(t *testing.T, key ed25519.PrivateKey, m bundlefile.Manifest) *os.File {
 	t.Helper()
+	return alteredBundle(t, key, m, nil)
+}
+
+// alteredBundle is craftedBundle with the manifest's bytes changed by
+// alter (if not nil) after they were signed.
+func alteredBundle(t *testing.T, key ed25519.PrivateKey, m bundlefile.Manifest, alter func(raw []byte) []byte) *os.File {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "jobs.sealed"), []byte("sealed"), 0o600); err != nil {
 		t.Fatal(err)
@@ -37,9 +44,13 @@ func craftedBundle(t *testing.T, key ed25519.PrivateKey, m bundlefile.Manifest) 
 	}
 	m.Files = files
 	raw, _ := json.Marshal(m)
+	sig := agentproto.SignBundleManifest(key, raw)
+	if alter != nil {
+		raw = alter(raw)
+	}
 	var buf bytes.Buffer
 	pub := key.Public().(ed25519.PublicKey)
-	if err := bundlefile.Write(&buf, dir, raw, bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: agentproto.SignBundleManifest(key, raw)}); err != nil {
+	if err := bundlefile.Write(&buf, dir, raw, bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: sig}); err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(t.TempDir(), "b.tar")

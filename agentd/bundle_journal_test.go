@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,34 +56,13 @@ func TestBundleImportRefusesATamperedJournalHead(t *testing.T) {
 	state := t.TempDir()
 	m := bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: bundleID(time.Unix(1_700_000_000, 0)), InstallID: "inst-1", AgentID: "ag-1",
 		JournalSeq: 40, JournalHash: strings.Repeat("a", 64)}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "jobs.sealed"), []byte("sealed"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	files, err := bundlefile.Scan(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Files = files
-	raw, _ := json.Marshal(m)
-	sig := agentproto.SignBundleManifest(priv, raw)
-	tampered := bytes.Replace(raw, []byte(`"journal_seq":40`), []byte(`"journal_seq":4`), 1)
-	if bytes.Equal(tampered, raw) {
-		t.Fatalf("no journal_seq in %s", raw)
-	}
-	var buf bytes.Buffer
-	if err := bundlefile.Write(&buf, dir, tampered, bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: sig}); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "b.tar")
-	if err := os.WriteFile(p, buf.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := alteredBundle(t, priv, m, func(raw []byte) []byte {
+		tampered := bytes.Replace(raw, []byte(`"journal_seq":40`), []byte(`"journal_seq":4`), 1)
+		if bytes.Equal(tampered, raw) {
+			t.Fatalf("no journal_seq in %s", raw)
+		}
+		return tampered
+	})
 	if err := openBundle(t, keys, state, f); err == nil || !strings.Contains(err.Error(), "signature") {
 		t.Fatalf("a bundle whose journal head was changed after signing: %v", err)
 	}
