@@ -74,7 +74,7 @@ func journalAfter(journal []byte, bundle string, head journalHead) ([]byte, erro
 		}
 		return rest, nil
 	}
-	return nil, fmt.Errorf("bundle %s names the agent's journal record %d with hash %s as the last imsd imported, and this agent's audit journal holds no such record: the bundle was made for another agent or state directory", bundle, head.Seq, head.Hash)
+	return nil, fmt.Errorf("bundle %s names the agent's journal record %d with hash %s as the last imsd imported, and this agent's audit journal holds no such record: the bundle was made for another agent or state directory (run export-results with the --state-dir of the agent that imported it)", bundle, head.Seq, head.Hash)
 }
 
 // exportResultsCmd runs agentd bundle export-results.
