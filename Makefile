@@ -154,6 +154,7 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
 	./agentd/agent:FuzzSeenLine \
+	./agentd/agent:FuzzEnvelopeBody \
 	./imsd/store:FuzzEncodeMap \
 	./internal/ocicopy:FuzzParseReference \
 	./imsd/registry:FuzzParseScope \

@@ -502,14 +502,14 @@ func (agentTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // replicaClient is the agent client shared by the agents of the replica
 // at url.
 func replicaClient(url string) agentv1connect.AgentServiceClient {
-	return agentv1connect.NewAgentServiceClient(&http.Client{Transport: agentTransport{}}, url)
+	return agentv1connect.NewAgentServiceClient(&http.Client{Transport: agent.WholeMessages(agentTransport{})}, url)
 }
 
 // newSimAgent makes agent i of the fleet, on client (its replica's),
 // dialling from loopback source address 127.0.0.(2 + i mod 16) with a
 // transport of its own (agentd's).
 func newSimAgent(s fleetSeed, client agentv1connect.AgentServiceClient, i int) *simAgent {
-	tr := agent.DefaultHTTPClient().Transport.(*http.Transport)
+	tr := agent.NewTransport()
 	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%16))}
 	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: local}).DialContext
 	return &simAgent{tr: tr, benchAgent: &benchAgent{id: s.id, key: s.key, install: s.install, client: client}}

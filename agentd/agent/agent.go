@@ -10,14 +10,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	crand "crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -452,26 +450,6 @@ func (a *Agent) notePluginRefusal(c pluginhost.RefusalChange) {
 	data["rule"], data["reason"] = RulePluginRelease, c.Reason
 	a.log.Warn("refused a pinned plugin release", "type", c.Type, "release", c.OCI, "version", c.Version, "rule", RulePluginRelease, "reason", c.Reason)
 	a.note(KindSupplyChainRefused, "plugin:"+c.Type, data)
-}
-
-// DefaultHTTPClient speaks HTTP/2 to imsd, with TLS for https:// URLs and
-// plaintext (h2c) for http:// ones.
-func DefaultHTTPClient() *http.Client {
-	p := new(http.Protocols)
-	p.SetHTTP2(true)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{
-		Protocols:           p,
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout: 10 * time.Second,
-		HTTP2: &http.HTTP2Config{
-			// A dead path to imsd is noticed within a minute even when
-			// nothing is being sent.
-			SendPingTimeout: 30 * time.Second,
-			PingTimeout:     15 * time.Second,
-		},
-	}}
 }
 
 // ErrTokenWithoutKey refuses an enrolment token that carries no

@@ -28,6 +28,10 @@ func WatchBackends(dsn string) *Backends {
 	w := &Backends{stopc: make(chan struct{}), done: make(chan time.Duration, 1)}
 	first := map[string]int64{} // pid: ticks when first seen, for backends older than the watch
 	last := map[string]int64{}  // pid: ticks at the last sample
+	// pid: a backend of db or not, read once from its command line (every
+	// 100 ms for every process was a cost of the benchmark's own process
+	// that the figures it measures shared the CPU with).
+	backend := map[string]bool{}
 	sample := func(initial bool) {
 		ds, _ := os.ReadDir("/proc")
 		for _, d := range ds {
@@ -35,8 +39,16 @@ func WatchBackends(dsn string) *Backends {
 			if pid[0] < '0' || pid[0] > '9' {
 				continue
 			}
-			cmd, err := os.ReadFile("/proc/" + pid + "/cmdline")
-			if err != nil || !bytes.HasPrefix(cmd, []byte("postgres: ")) || !bytes.Contains(cmd, []byte(" "+db+" ")) {
+			is, known := backend[pid]
+			if !known {
+				cmd, err := os.ReadFile("/proc/" + pid + "/cmdline")
+				if err != nil {
+					continue
+				}
+				is = bytes.HasPrefix(cmd, []byte("postgres: ")) && bytes.Contains(cmd, []byte(" "+db+" "))
+				backend[pid] = is
+			}
+			if !is {
 				continue
 			}
 			stat, err := os.ReadFile("/proc/" + pid + "/stat")
