@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -59,7 +61,9 @@ enforces it (imsd cannot).
                        puts the old binaries back and runs them.
     --auto             apply as an automatic update (a scheduled job of
                        yours): a manual policy refuses it
-  status               print the update in progress, if any
+  status               print the update in progress, if any (and a
+                       refused rollback: a *.prev file that is not the
+                       one the update replaced is never run)
 
 Every update applied, refused, confirmed or rolled back is written to the
 agent's journal (agentd audit) at its next start. See
@@ -94,6 +98,36 @@ type updateState struct {
 	// Starts counts the new version's starts; FirstStart is the first.
 	Starts     int       `json:"starts"`
 	FirstStart time.Time `json:"first_start,omitzero"`
+	// Prev is each old binary's SHA-256 and size, by its name in Dir,
+	// taken when the update was applied: a rollback puts back and runs
+	// only *.prev files that still match (checkPrev).
+	Prev map[string]binarySum `json:"prev,omitempty"`
+	// RollbackRefused says why a rollback did not put *.prev back (a
+	// file that does not match Prev, or no Prev); the agent then keeps
+	// the binaries it has and tries no other rollback of this update.
+	RollbackRefused   string    `json:"rollback_refused,omitempty"`
+	RollbackRefusedAt time.Time `json:"rollback_refused_at,omitzero"`
+}
+
+// binarySum is a file's SHA-256 (hex) and size.
+type binarySum struct {
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// sumFile is the SHA-256 and size of the file at path.
+func sumFile(path string) (binarySum, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return binarySum{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return binarySum{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	return binarySum{SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
 }
 
 // updateNote is one journal entry of agentd update.
@@ -109,9 +143,11 @@ const updateLastFile = "update-last.json"
 
 // lastUpdate is the latest update decision (updateLastFile).
 type lastUpdate struct {
-	// Kind is applied, deferred, refused, failed, confirmed or
-	// rolled_back; Cause what refused, failed or rolled it back (policy,
-	// signature, download, self_check, window, crash_loop, reconnect).
+	// Kind is applied, deferred, refused, failed, confirmed,
+	// rolled_back or rollback_refused; Cause what refused, failed or
+	// rolled it back (policy, signature, download, self_check, window,
+	// crash_loop, reconnect; prev_check: a *.prev file that does not
+	// match the one the update replaced).
 	Kind    string    `json:"kind"`
 	Cause   string    `json:"cause,omitempty"`
 	Release string    `json:"release"`
@@ -292,6 +328,12 @@ func updateCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now
 			fmt.Fprintln(stdout, "No update in progress.")
 			return 0
 		}
+		if s.RollbackRefused != "" {
+			fmt.Fprintf(stdout, "Update %s -> %s (%s), applied %s by %s in %s: ROLLBACK REFUSED at %s: %s\n",
+				s.From, s.To, s.Release, s.AppliedAt.UTC().Format(time.RFC3339), s.AppliedBy, s.Dir, s.RollbackRefusedAt.UTC().Format(time.RFC3339), s.RollbackRefused)
+			fmt.Fprintf(stdout, "The agent keeps the binaries in %s and rolls nothing back. Find out who changed the *.prev files there (agentd audit), then apply a release by hand (agentd update apply), which keeps the binaries in place as *.prev.\n", s.Dir)
+			return 0
+		}
 		fmt.Fprintf(stdout, "Update in progress: %s -> %s (%s), applied %s by %s in %s; started %d time(s); confirmed once it reconnects within %s of its first start\n",
 			s.From, s.To, s.Release, s.AppliedAt.UTC().Format(time.RFC3339), s.AppliedBy, s.Dir, s.Starts, s.ConfirmWithin)
 		return 0
@@ -457,6 +499,12 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 	}
 	if cur, err := loadUpdateState(u.stateDir); err != nil {
 		return err
+	} else if cur != nil && cur.RollbackRefused != "" && u.offerID == "" {
+		// The customer, having looked (agentd update status), moves on
+		// by hand: the binaries in place become *.prev below.
+		fmt.Fprintf(u.stdout, "replacing the update to %s whose rollback was refused (%s)\n", cur.To, cur.RollbackRefused)
+	} else if cur != nil && cur.RollbackRefused != "" {
+		return fmt.Errorf("the rollback of the update to %s (%s) was refused: %s; only agentd update apply, run by the customer, replaces it (agentd update status)", cur.To, cur.Release, cur.RollbackRefused)
 	} else if cur != nil {
 		return fmt.Errorf("an update to %s (%s) is in progress: start the agent, and it confirms or rolls back that one first (agentd update status)", cur.To, cur.Release)
 	}
@@ -553,6 +601,7 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 			return u.refuse(at, causeSelfCheck, fmt.Errorf("failed: the release's %s does not run here or is not version %s (%s --version: %q, %v)", f, m.Version, f, strings.TrimSpace(string(out)), err))
 		}
 	}
+	sums := map[string]binarySum{}
 	for _, f := range plugindist.AgentFiles {
 		cur, prev := filepath.Join(dir, names[f]), filepath.Join(dir, names[f]+".prev")
 		if err := os.Remove(prev); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -561,8 +610,13 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 		if err := os.Link(cur, prev); err != nil {
 			return fmt.Errorf("keep the old %s: %w", f, err)
 		}
+		// What a rollback may put back and run: checked then (checkPrev).
+		if sums[names[f]], err = sumFile(prev); err != nil {
+			return fmt.Errorf("keep the old %s: %w", f, err)
+		}
 	}
-	s := &updateState{From: from, To: m.Version, Release: at, Dir: dir, AppliedAt: u.now().UTC(), AppliedBy: u.who(), ConfirmWithin: u.confirmWithin, OfferID: u.offerID}
+	s := &updateState{From: from, To: m.Version, Release: at, Dir: dir, AppliedAt: u.now().UTC(), AppliedBy: u.who(), ConfirmWithin: u.confirmWithin,
+		OfferID: u.offerID, Prev: sums}
 	if err := saveUpdateState(u.stateDir, s); err != nil {
 		return err
 	}

@@ -313,7 +313,14 @@ func TestAgentUpdateEarlyExitCounts(t *testing.T) {
 		}
 	}
 	s := &updateState{From: "0.9.0", To: buildinfo.Get().Short(), Release: "oci:x@sha256:" + strings.Repeat("0", 64), Dir: bin,
-		ConfirmWithin: time.Hour, Starts: maxUpdateStarts, FirstStart: time.Now()}
+		ConfirmWithin: time.Hour, Starts: maxUpdateStarts, FirstStart: time.Now(), Prev: map[string]binarySum{}}
+	for _, f := range updateFiles() {
+		sum, err := sumFile(filepath.Join(bin, f+".prev"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Prev[f] = sum
+	}
 	if err := saveUpdateState(state, s); err != nil {
 		t.Fatal(err)
 	}
@@ -384,5 +391,151 @@ func TestWatchUpdateExecsOnlyAfterDrain(t *testing.T) {
 	stop()
 	if err := <-done; err != nil || len(execed) != 0 {
 		t.Fatalf("stopped while draining: %v, executed %v", err, execed)
+	}
+}
+
+// A rollback puts back and runs *.prev only if they are the binaries the
+// update replaced (SHA-256 and size recorded at apply). Untampered, the
+// crash loop rolls back to 1.4.0 and runs it. A *.prev changed (same
+// size, other bytes) or removed between apply and rollback, or a state
+// without the record, is refused: nothing executed or renamed, the new
+// binaries kept, the refusal journalled (rollback_refused, cause
+// prev_check) and kept in update.json for agentd update status; later
+// starts roll nothing back; an offer cannot replace it, the customer's
+// own apply can. Before the check, the rollback ran the changed file.
+func TestAgentUpdateRollbackChecksPrev(t *testing.T) {
+	var execed []string
+	realExec := execAgent
+	execAgent = func(path string, _ []string) error { execed = append(execed, path); return errors.New("not in a test") }
+	t.Cleanup(func() { execAgent = realExec })
+	log := slog.New(slog.DiscardHandler)
+	applied := func() (*updateRig, string) {
+		t.Helper()
+		r := newUpdateRig(t)
+		r.policy("--allow", ">=1.4 <2")
+		if err := r.apply(r.publish("1.5.0"), "1.4.0", "", "", false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := takeUpdateNotes(r.state); err != nil {
+			t.Fatal(err)
+		}
+		execed = nil
+		return r, r.publish("1.5.1")
+	}
+	// crashLoop starts 1.5.0 until it rolls back (or is refused).
+	crashLoop := func(r *updateRig) error {
+		t.Helper()
+		for i := 1; i <= maxUpdateStarts; i++ {
+			if s, err := updateAtStart(r.state, "1.5.0", r.now, log); err != nil || s == nil || s.Starts != i {
+				t.Fatalf("start %d: %+v %v", i, s, err)
+			}
+		}
+		_, err := updateAtStart(r.state, "1.5.0", r.now, log)
+		return err
+	}
+
+	r, _ := applied()
+	if err := crashLoop(r); err == nil || len(execed) != 1 || execed[0] != filepath.Join(r.bin, "agentd") {
+		t.Fatalf("untampered rollback: %v, executed %v", err, execed)
+	}
+	if r.running("agentd") != "1.4.0" || r.running(bundle.Binary) != "1.4.0" {
+		t.Fatal("untampered: not rolled back")
+	}
+	if l := loadLastUpdate(r.state); l == nil || l.Kind != "rolled_back" || l.Cause != "crash_loop" {
+		t.Fatalf("untampered: last decision %+v", l)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		tamper func(r *updateRig)
+		want   string
+	}{
+		{"agentd.prev changed", func(r *updateRig) {
+			if err := os.WriteFile(filepath.Join(r.bin, "agentd.prev"), fakeBinary("agentd", "6.6.6"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "agentd.prev is not the binary the update replaced: SHA-256 "},
+		{bundle.Binary + ".prev changed", func(r *updateRig) {
+			if err := os.WriteFile(filepath.Join(r.bin, bundle.Binary+".prev"), fakeBinary(bundle.Binary, "6.6.6"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, bundle.Binary + ".prev is not the binary the update replaced"},
+		{"agentd.prev removed", func(r *updateRig) {
+			if err := os.Remove(filepath.Join(r.bin, "agentd.prev")); err != nil {
+				t.Fatal(err)
+			}
+		}, "agentd.prev: open"},
+		{"no SHA-256 recorded", func(r *updateRig) {
+			s, err := loadUpdateState(r.state)
+			if err != nil || s == nil {
+				t.Fatalf("state: %+v %v", s, err)
+			}
+			s.Prev = nil
+			if err := saveUpdateState(r.state, s); err != nil {
+				t.Fatal(err)
+			}
+		}, "records no SHA-256 of the old agentd"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, v151 := applied()
+			tc.tamper(r)
+			if err := crashLoop(r); err != nil || len(execed) != 0 {
+				t.Fatalf("refused rollback: %v, executed %v", err, execed)
+			}
+			if r.running("agentd") != "1.5.0" || r.running(bundle.Binary) != "1.5.0" {
+				t.Fatalf("refused rollback: agentd %s, %s %s; want the new ones kept", r.running("agentd"), bundle.Binary, r.running(bundle.Binary))
+			}
+			s, err := loadUpdateState(r.state)
+			if err != nil || s == nil || !strings.Contains(s.RollbackRefused, tc.want) {
+				t.Fatalf("update state after the refusal: %+v %v; want %q", s, err, tc.want)
+			}
+			if l := loadLastUpdate(r.state); l == nil || l.Kind != "rollback_refused" || l.Cause != "prev_check" || !strings.Contains(l.Reason, tc.want) {
+				t.Fatalf("last decision %+v", l)
+			}
+			ns, err := takeUpdateNotes(r.state)
+			if err != nil || len(ns) != 1 || ns[0].Kind != "agent_update_rollback_refused" || ns[0].Data["rollback_cause"] != "crash_loop" ||
+				!strings.Contains(ns[0].Data["reason"], "the rollback to 1.4.0 (started 3 times without reconnecting (a crash loop)) was refused: ") {
+				t.Fatalf("journal notes: %+v %v", ns, err)
+			}
+			var out bytes.Buffer
+			if code := updateCmd(t.Context(), []string{"--state-dir", r.state, "status"}, &out, &out, func() time.Time { return r.now }); code != 0 ||
+				!strings.Contains(out.String(), "ROLLBACK REFUSED") || !strings.Contains(out.String(), tc.want) {
+				t.Fatalf("status: %d %s", code, out.String())
+			}
+			// The next start neither rolls back nor journals again.
+			if s, err := updateAtStart(r.state, "1.5.0", r.now, log); s != nil || err != nil || len(execed) != 0 {
+				t.Fatalf("a start after the refusal: %+v %v, executed %v", s, err, execed)
+			}
+			if ns, _ := takeUpdateNotes(r.state); len(ns) != 0 {
+				t.Fatalf("notes after the next start: %+v", ns)
+			}
+			if err := r.apply(v151, "1.5.0", "uo_2", "", true); err == nil || !strings.Contains(err.Error(), "was refused") {
+				t.Fatalf("an offer over the refused rollback: %v", err)
+			}
+			if err := r.apply(v151, "1.5.0", "", "", false); err != nil {
+				t.Fatalf("the customer's apply over the refused rollback: %v", err)
+			}
+			if s, _ := loadUpdateState(r.state); s == nil || s.To != "1.5.1" || s.RollbackRefused != "" || r.running("agentd.prev") != "1.5.0" {
+				t.Fatalf("after the customer's apply: %+v, agentd.prev %s", s, r.running("agentd.prev"))
+			}
+		})
+	}
+
+	// The rollback at the reconnect deadline checks too.
+	r, _ = applied()
+	s, err := updateAtStart(r.state, "1.5.0", r.now, log)
+	if err != nil || s == nil {
+		t.Fatalf("start: %+v %v", s, err)
+	}
+	if err := os.WriteFile(filepath.Join(r.bin, "agentd.prev"), fakeBinary("agentd", "6.6.6"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.FirstStart = time.Now().Add(-s.ConfirmWithin + 50*time.Millisecond)
+	var noted []string
+	never := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	err = confirmUpdate(t.Context(), r.state, s, never, func(kind, _ string, _ map[string]string) { noted = append(noted, kind) }, log)
+	var refused rollbackRefusedError
+	if !errors.As(err, &refused) || len(execed) != 0 || strings.Join(noted, ",") != "agent_update_rollback_refused" || r.running("agentd") != "1.5.0" {
+		t.Fatalf("at the deadline: %v, executed %v, journalled %v, agentd %s", err, execed, noted, r.running("agentd"))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -74,19 +75,12 @@ func TestPluginRefusalJournalledOnceAndKept(t *testing.T) {
 	var accept bool
 	start := func() (*Agent, *pluginhost.Loader) {
 		t.Helper()
-		w := &pluginhost.PinWatcher{Path: path}
-		a, err := New(context.Background(), Config{IMSURL: "http://127.0.0.1:1", StateDir: dir, Runner: &runRecorder{},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PinWatcher: w})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := &pluginhost.Loader{PinWatcher: w, Fetch: func(ctx context.Context, typ string, p pluginhost.Pin) (pluginhost.Pin, error) {
+		return startPinnedAgent(t, dir, path, func(ctx context.Context, typ string, p pluginhost.Pin) (pluginhost.Pin, error) {
 			if accept {
 				return pluginhost.Pin{OCI: p.OCI, Version: "0.3.0", SignedBy: "k1", Installed: filepath.Join(dir, "byoc-plugin-greeting")}, nil
 			}
 			return pluginhost.Pin{}, &pluginhost.RefusedError{Version: "0.3.0", Err: errors.New(why)}
-		}}
-		return a, l
+		})
 	}
 	job := func(l *pluginhost.Loader) {
 		t.Helper()
@@ -97,27 +91,16 @@ func TestPluginRefusalJournalledOnceAndKept(t *testing.T) {
 	}
 	refusals := func() []map[string]string {
 		t.Helper()
-		rs := agentJournal(t, dir)
 		var out []map[string]string
-		for _, r := range rs {
-			if strings.HasPrefix(r.Kind, "supply_chain.") && r.Subject == "plugin:greeting" {
-				var d map[string]string
-				if err := json.Unmarshal([]byte(r.Data), &d); err != nil {
-					t.Fatal(err)
-				}
-				d["kind"] = r.Kind
-				out = append(out, d)
+		for _, r := range greetingSupplyChain(t, dir) {
+			var d map[string]string
+			if err := json.Unmarshal([]byte(r.Data), &d); err != nil {
+				t.Fatal(err)
 			}
+			d["kind"] = r.Kind
+			out = append(out, d)
 		}
 		return out
-	}
-	report := func(a *Agent) *agentv1.PluginRelease {
-		t.Helper()
-		r := a.pluginReport()
-		if r == nil || len(r.Releases) != 1 {
-			t.Fatalf("plugin report: %v", r)
-		}
-		return r.Releases[0]
 	}
 
 	a, l := start()
@@ -129,7 +112,7 @@ func TestPluginRefusalJournalledOnceAndKept(t *testing.T) {
 	if got := refusals(); len(got) != 1 || !maps.Equal(got[0], want) {
 		t.Fatalf("after three refused jobs, the journal's refusals:\n%v\nwant one:\n%v", got, want)
 	}
-	before := report(a)
+	before := onePluginRelease(t, a)
 	if before.Verdict != "refused" || before.Reason != why || before.Version != "0.3.0" || before.CheckTime == nil {
 		t.Fatalf("report: %v", before)
 	}
@@ -140,14 +123,14 @@ func TestPluginRefusalJournalledOnceAndKept(t *testing.T) {
 	// before any job, with the first refusal's time.
 	a, l = start()
 	defer a.journal.Close()
-	if after := report(a); after.Verdict != "refused" || after.Reason != why || !after.CheckTime.AsTime().Equal(before.CheckTime.AsTime()) {
+	if after := onePluginRelease(t, a); after.Verdict != "refused" || after.Reason != why || !after.CheckTime.AsTime().Equal(before.CheckTime.AsTime()) {
 		t.Fatalf("report after a restart: %v, before it: %v", after, before)
 	}
 	job(l)
 	if got := refusals(); len(got) != 1 {
 		t.Fatalf("a job after the restart journalled the same refusal again: %v", got)
 	}
-	if after := report(a); !after.CheckTime.AsTime().Equal(before.CheckTime.AsTime()) {
+	if after := onePluginRelease(t, a); !after.CheckTime.AsTime().Equal(before.CheckTime.AsTime()) {
 		t.Fatalf("the same refusal's time changed: %v, was %v", after.CheckTime.AsTime(), before.CheckTime.AsTime())
 	}
 
@@ -164,7 +147,7 @@ func TestPluginRefusalJournalledOnceAndKept(t *testing.T) {
 		got[2]["previously_refused"] != why || got[2]["digest"] != "sha256:3a0f" {
 		t.Fatalf("the release installed after its refusal: %v", got)
 	}
-	if r := report(a); r.Verdict == "refused" {
+	if r := onePluginRelease(t, a); r.Verdict == "refused" {
 		t.Fatalf("still refused after the install: %v", r)
 	}
 }
@@ -195,16 +178,11 @@ func TestPluginRefusalEndsWithItsPin(t *testing.T) {
 	why := "plugin greeting 0.3.0 (sha256:3a0f): no signature by a trusted key"
 	start := func() (*Agent, *pluginhost.Loader) {
 		t.Helper()
-		w := &pluginhost.PinWatcher{Path: path}
-		a, err := New(context.Background(), Config{IMSURL: "http://127.0.0.1:1", StateDir: dir, Runner: &runRecorder{},
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PinWatcher: w})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.journal.Close(); a.auditCopy.Close() })
-		return a, &pluginhost.Loader{PinWatcher: w, Fetch: func(ctx context.Context, typ string, p pluginhost.Pin) (pluginhost.Pin, error) {
+		a, l := startPinnedAgent(t, dir, path, func(ctx context.Context, typ string, p pluginhost.Pin) (pluginhost.Pin, error) {
 			return pluginhost.Pin{}, &pluginhost.RefusedError{Version: "0.3.0", Err: errors.New(why)}
-		}}
+		})
+		t.Cleanup(func() { a.journal.Close(); a.auditCopy.Close() })
+		return a, l
 	}
 	refusedJob := func(l *pluginhost.Loader) {
 		t.Helper()
@@ -215,20 +193,10 @@ func TestPluginRefusalEndsWithItsPin(t *testing.T) {
 	kinds := func() []string {
 		t.Helper()
 		var out []string
-		for _, r := range agentJournal(t, dir) {
-			if strings.HasPrefix(r.Kind, "supply_chain.") && r.Subject == "plugin:greeting" {
-				out = append(out, r.Kind)
-			}
+		for _, r := range greetingSupplyChain(t, dir) {
+			out = append(out, r.Kind)
 		}
 		return out
-	}
-	report := func(a *Agent) *agentv1.PluginRelease {
-		t.Helper()
-		r := a.pluginReport()
-		if r == nil || len(r.Releases) != 1 {
-			t.Fatalf("plugin report: %v", r)
-		}
-		return r.Releases[0]
 	}
 	refusalsFile := func() string {
 		t.Helper()
@@ -241,14 +209,14 @@ func TestPluginRefusalEndsWithItsPin(t *testing.T) {
 
 	a, l := start()
 	refusedJob(l)
-	if r := report(a); r.Verdict != "refused" || !strings.Contains(refusalsFile(), r1) {
+	if r := onePluginRelease(t, a); r.Verdict != "refused" || !strings.Contains(refusalsFile(), r1) {
 		t.Fatalf("after the refusal: report %v, refusals file %s", r, refusalsFile())
 	}
 	// agentd plugin install of r1, now verified (the vendor's key is
 	// trusted): it pins r1 installed.
 	pin(pluginhost.Pin{SHA256: strings.Repeat("ab", 32), PinnedAt: time.Now().UTC(), PinnedBy: "alice", OCI: r1, Version: "0.3.0",
 		SignedBy: "k1", Installed: filepath.Join(dir, "plugins", "greeting-x", "byoc-plugin-greeting")})
-	if r := report(a); r.Verdict != "verified" || r.KeyId != "k1" || r.Reason != "" {
+	if r := onePluginRelease(t, a); r.Verdict != "verified" || r.KeyId != "k1" || r.Reason != "" {
 		t.Fatalf("after agentd plugin install of the refused release: report %v", r)
 	}
 	if got := kinds(); !slices.Equal(got, []string{KindSupplyChainRefused, KindSupplyChainVerified}) {
@@ -261,7 +229,7 @@ func TestPluginRefusalEndsWithItsPin(t *testing.T) {
 	a.journal.Close()
 	a.auditCopy.Close()
 	a, _ = start()
-	if r := report(a); r.Verdict != "verified" {
+	if r := onePluginRelease(t, a); r.Verdict != "verified" {
 		t.Fatalf("after a restart: %v", r)
 	}
 	if got := kinds(); len(got) != 2 {
@@ -273,11 +241,11 @@ func TestPluginRefusalEndsWithItsPin(t *testing.T) {
 	pin(pluginhost.Pin{OCI: r2, PinnedBy: "alice"})
 	a, l = start()
 	refusedJob(l)
-	if r := report(a); r.Verdict != "refused" || r.Release != r2 {
+	if r := onePluginRelease(t, a); r.Verdict != "refused" || r.Release != r2 {
 		t.Fatalf("r2: %v", r)
 	}
 	pin(pluginhost.Pin{OCI: r3, PinnedBy: "alice"})
-	if r := report(a); r.Verdict != "" || r.Release != r3 || strings.Contains(refusalsFile(), r2) {
+	if r := onePluginRelease(t, a); r.Verdict != "" || r.Release != r3 || strings.Contains(refusalsFile(), r2) {
 		t.Fatalf("re-pinned to r3: report %v, refusals file %s", r, refusalsFile())
 	}
 	// Re-pinned while the agent is stopped: r3 is refused, the agent
@@ -290,10 +258,48 @@ func TestPluginRefusalEndsWithItsPin(t *testing.T) {
 	a.auditCopy.Close()
 	pin(pluginhost.Pin{OCI: r2, PinnedBy: "alice"})
 	a, _ = start()
-	if r := report(a); r.Verdict != "" || r.Release != r2 || strings.Contains(refusalsFile(), "greeting") {
+	if r := onePluginRelease(t, a); r.Verdict != "" || r.Release != r2 || strings.Contains(refusalsFile(), "greeting") {
 		t.Fatalf("re-pinned while stopped: report %v, refusals file %s", r, refusalsFile())
 	}
 	if got := kinds(); !slices.Equal(got, []string{KindSupplyChainRefused, KindSupplyChainVerified, KindSupplyChainRefused, KindSupplyChainRefused}) {
 		t.Fatalf("journal: %v", got)
 	}
+}
+
+// startPinnedAgent starts an agent on state dir dir that reads the
+// customer's pins from path, and a loader of its plugins whose releases
+// fetch fetches (and checks).
+func startPinnedAgent(t testing.TB, dir, path string, fetch func(context.Context, string, pluginhost.Pin) (pluginhost.Pin, error)) (*Agent, *pluginhost.Loader) {
+	t.Helper()
+	w := &pluginhost.PinWatcher{Path: path}
+	a, err := New(context.Background(), Config{IMSURL: "http://127.0.0.1:1", StateDir: dir, Runner: &runRecorder{},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PinWatcher: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, &pluginhost.Loader{PinWatcher: w, Fetch: fetch}
+}
+
+// greetingSupplyChain is the supply-chain records of plugin greeting in
+// the journal of the agent in dir.
+func greetingSupplyChain(t *testing.T, dir string) []auditchain.Record {
+	t.Helper()
+	var out []auditchain.Record
+	for _, r := range agentJournal(t, dir) {
+		if strings.HasPrefix(r.Kind, "supply_chain.") && r.Subject == "plugin:greeting" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// onePluginRelease is the one plugin release in a's report; it fails
+// the test if the report has none or several.
+func onePluginRelease(t testing.TB, a *Agent) *agentv1.PluginRelease {
+	t.Helper()
+	r := a.pluginReport()
+	if r == nil || len(r.Releases) != 1 {
+		t.Fatalf("plugin report: %v", r)
+	}
+	return r.Releases[0]
 }
