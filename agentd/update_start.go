@@ -45,10 +45,16 @@ type rollbackRefusedError struct{ reason string }
 func (e rollbackRefusedError) Error() string { return e.reason }
 
 // checkPrev says which old binary (*.prev) is not the one the update
-// replaced, by the SHA-256 and size recorded when it was applied; an
-// update recorded without them is refused too: nothing vouches for its
-// *.prev files.
+// replaced, by the SHA-256 and size recorded when it was applied. An
+// update applied by an agentd older than the record (no Prev at all)
+// is not checked: refusing its rollback would leave a bad release
+// running where the rollback was the way back, and whoever can remove
+// the record from update.json could as well write one that matches.
+// One record without the other file is refused.
 func checkPrev(s *updateState) error {
+	if len(s.Prev) == 0 {
+		return nil
+	}
 	for _, f := range updateFiles() {
 		want, ok := s.Prev[f]
 		if !ok {
@@ -102,8 +108,13 @@ func restoreUpdate(dir string, s *updateState, cause, reason string) error {
 	if err := atomicfile.SyncDir(s.Dir); err != nil {
 		return err
 	}
+	checked := "matched"
+	if len(s.Prev) == 0 {
+		checked = "none recorded (applied by an older agentd)"
+	}
 	if err := addUpdateNote(dir, updateNote{Kind: "agent_update_rolled_back", Subject: s.Release,
-		Data: map[string]string{"from": s.From, "to": s.To, "reason": reason, "cause": cause, "starts": strconv.Itoa(s.Starts), "offer": s.OfferID}}); err != nil {
+		Data: map[string]string{"from": s.From, "to": s.To, "reason": reason, "cause": cause, "starts": strconv.Itoa(s.Starts), "offer": s.OfferID,
+			"prev_sha256": checked}}); err != nil {
 		return err
 	}
 	if err := os.Remove(filepath.Join(dir, updateStateFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -397,8 +397,8 @@ func TestWatchUpdateExecsOnlyAfterDrain(t *testing.T) {
 // A rollback puts back and runs *.prev only if they are the binaries the
 // update replaced (SHA-256 and size recorded at apply). Untampered, the
 // crash loop rolls back to 1.4.0 and runs it. A *.prev changed (same
-// size, other bytes) or removed between apply and rollback, or a state
-// without the record, is refused: nothing executed or renamed, the new
+// size, other bytes) or removed between apply and rollback, or a record
+// of one file without the other, is refused: nothing executed or renamed, the new
 // binaries kept, the refusal journalled (rollback_refused, cause
 // prev_check) and kept in update.json for agentd update status; later
 // starts roll nothing back; an offer cannot replace it, the customer's
@@ -445,6 +445,30 @@ func TestAgentUpdateRollbackChecksPrev(t *testing.T) {
 		t.Fatalf("untampered: last decision %+v", l)
 	}
 
+	if ns, err := takeUpdateNotes(r.state); err != nil || len(ns) != 1 || ns[0].Data["prev_sha256"] != "matched" {
+		t.Fatalf("untampered: journal notes %+v %v", ns, err)
+	}
+
+	// An update applied by an agentd older than the record (no SHA-256
+	// at all in update.json) still rolls back, and the journal says
+	// nothing was checked.
+	r, _ = applied()
+	old, err := loadUpdateState(r.state)
+	if err != nil || old == nil {
+		t.Fatalf("state: %+v %v", old, err)
+	}
+	old.Prev = nil
+	if err := saveUpdateState(r.state, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := crashLoop(r); err == nil || len(execed) != 1 || r.running("agentd") != "1.4.0" {
+		t.Fatalf("an older agentd's update: %v, executed %v, agentd %s", err, execed, r.running("agentd"))
+	}
+	if ns, err := takeUpdateNotes(r.state); err != nil || len(ns) != 1 || !strings.HasPrefix(ns[0].Data["prev_sha256"], "none recorded") {
+		t.Fatalf("an older agentd's update: journal notes %+v %v", ns, err)
+	}
+	execed = nil
+
 	for _, tc := range []struct {
 		name   string
 		tamper func(r *updateRig)
@@ -465,12 +489,12 @@ func TestAgentUpdateRollbackChecksPrev(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "agentd.prev: open"},
-		{"no SHA-256 recorded", func(r *updateRig) {
+		{"one SHA-256 recorded of two", func(r *updateRig) {
 			s, err := loadUpdateState(r.state)
 			if err != nil || s == nil {
 				t.Fatalf("state: %+v %v", s, err)
 			}
-			s.Prev = nil
+			delete(s.Prev, "agentd")
 			if err := saveUpdateState(r.state, s); err != nil {
 				t.Fatal(err)
 			}

@@ -101,7 +101,7 @@ func (s *Store) endAgentRolloutInstall(ctx context.Context, tx *txn, id, install
 
 // agentRolloutFailed are the decisions that fail an install of an agent
 // rollout.
-var agentRolloutFailed = map[string]bool{"refused": true, "failed": true, "rolled_back": true}
+var agentRolloutFailed = map[string]bool{"refused": true, "failed": true, "rolled_back": true, "rollback_refused": true}
 
 // RecordAgentRolloutInstalls records, for the running installs of agent
 // rollout r, what their agents reported of the rollout's offer (as of
@@ -166,7 +166,7 @@ func (s *Store) RecordAgentRolloutInstalls(ctx context.Context, r Release, now t
 			case u.LastKind == "confirmed":
 				confirmed++
 			case agentRolloutFailed[u.LastKind]:
-				state, msg = RIFailed, fmt.Sprintf("agent %s %s it", a.AgentID, verbOf(u.LastKind))
+				state, msg = RIFailed, fmt.Sprintf("agent %s %s", a.AgentID, verbOf(u.LastKind))
 				if u.LastReason != "" {
 					msg += ": " + u.LastReason
 				}
@@ -241,9 +241,13 @@ func (s *Store) RecordAgentRolloutInstalls(ctx context.Context, r Release, now t
 func verbOf(kind string) string {
 	switch kind {
 	case "rolled_back":
-		return "rolled back"
+		return "rolled it back"
 	case "failed":
-		return "failed to apply"
+		return "failed to apply it"
+	case "rollback_refused":
+		// The new version failed and the agent refused to put back an
+		// old binary that was not the one it replaced.
+		return "could not roll it back"
 	}
-	return kind
+	return kind + " it"
 }

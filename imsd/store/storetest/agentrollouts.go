@@ -103,4 +103,23 @@ func testAgentRollouts(t *testing.T, e *env) {
 		}
 	}
 	equal(t, "install failures audited", failed, 3)
+
+	// The new version failed and its rollback was refused (the old
+	// binary changed on disk): the install failed, saying so.
+	ok(t, e.s.CreateRelease(ctx, store.Release{ID: "ar-3", AppID: "app-1", Kind: "release", State: store.ReleaseRunning,
+		Waves: []store.ReleaseWave{{Name: "all", Spec: "100%", Size: 1}}, MaxFailures: 5, AgentRelease: ref, ConfirmWithin: time.Hour,
+		CreatedAt: at(8 * time.Minute), CreatedBy: "tok-admin"}, []store.ReleaseInstall{{InstallID: a}}))
+	rel3, err := e.s.GetReleaseOnly(ctx, "ar-3")
+	ok(t, err)
+	_, err = e.s.StartAgentRolloutInstalls(ctx, "ar-3", 0, []store.AgentRolloutStart{{InstallID: a, OfferID: "uo-3"}}, at(8*time.Minute))
+	ok(t, err)
+	ok(t, e.s.SetAgentUpdate(ctx, "agent-ar-a", store.AgentUpdate{Mode: "allow", LastKind: "rollback_refused", LastCause: "prev_check", LastOfferID: "uo-3",
+		LastReason: "agentd.prev is not the binary the update replaced", LastAt: at(9 * time.Minute)}, true, at(9*time.Minute)))
+	n, err = e.s.RecordAgentRolloutInstalls(ctx, rel3, at(9*time.Minute))
+	ok(t, err)
+	equal(t, "rollback refused recorded", n, 1)
+	_, ins, err = e.s.GetRelease(ctx, "ar-3")
+	ok(t, err)
+	equal(t, "rollback refused", ins[0].State, store.RIFailed)
+	equal(t, "rollback refused why", ins[0].Error, "agent agent-ar-a could not roll it back: agentd.prev is not the binary the update replaced")
 }
