@@ -76,6 +76,28 @@ type Proxy struct {
 	// OnDeny, when set, is told of each refused connection, from the
 	// connection's goroutine.
 	OnDeny func(Denial)
+	// Live, when set, is asked before each connection upstream and
+	// before each write upstream: an error refuses the connection (503,
+	// SOCKS general failure) or ends it, and nothing more goes out. The
+	// agent answers with its lease on the job the sandbox works for: an
+	// agent frozen (SIGSTOP, a stalled VM) while a request was in its
+	// hands would otherwise send it when it runs again, after imsd may
+	// have given the job to another agent.
+	Live func() error
+}
+
+// ErrNotLive wraps Live's error: the proxy sends nothing more.
+var ErrNotLive = errors.New("the proxy sends nothing more for this sandbox")
+
+// live asks Live.
+func (p *Proxy) live() error {
+	if p.Live == nil {
+		return nil
+	}
+	if err := p.Live(); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotLive, err)
+	}
+	return nil
 }
 
 func (p *Proxy) maxConns() int       { return def(p.MaxConns, DefaultMaxConns) }
@@ -227,7 +249,7 @@ func (p *Proxy) handle(ctx context.Context, c net.Conn) {
 	req.RequestURI = ""
 	req.Close = true
 	pair := &activity{}
-	upc, cc := &idleConn{Conn: up, d: p.idle(), a: pair}, &idleConn{Conn: c, d: p.idle(), a: pair}
+	upc, cc := &idleConn{Conn: up, d: p.idle(), a: pair, live: p.live}, &idleConn{Conn: c, d: p.idle(), a: pair}
 	sent := make(chan error, 1)
 	go func() { sent <- req.Write(upc) }()
 	_, _ = io.Copy(cc, upc)
@@ -257,6 +279,10 @@ func httpError(c net.Conn, status int, msg string) {
 
 // refuse answers a CONNECT or a request that could not be connected.
 func (p *Proxy) refuse(c net.Conn, err error) {
+	if errors.Is(err, ErrNotLive) {
+		httpError(c, http.StatusServiceUnavailable, "byoc egress proxy: "+err.Error())
+		return
+	}
 	if errors.Is(err, ErrDenied) {
 		httpError(c, http.StatusForbidden, "byoc egress proxy: "+err.Error())
 		return
@@ -275,6 +301,9 @@ func (p *Proxy) dial(ctx context.Context, hostport string) (net.Conn, error) {
 	port, err := strconv.ParseUint(portS, 10, 16)
 	if err != nil || port == 0 {
 		return nil, fmt.Errorf("bad destination %q: port must be a number", hostport)
+	}
+	if err := p.live(); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout())
 	defer cancel()
@@ -309,6 +338,11 @@ func (p *Proxy) dial(ctx context.Context, hostport string) (net.Conn, error) {
 		}
 		c, err := dial(ctx, "tcp", ap.String())
 		if err == nil {
+			if err := p.live(); err != nil {
+				// Stopped (or out of lease) while connecting.
+				c.Close()
+				return nil, err
+			}
 			return c, nil
 		}
 		lastErr = err
@@ -327,7 +361,7 @@ func (p *Proxy) dial(ctx context.Context, hostport string) (net.Conn, error) {
 func (p *Proxy) splice(c net.Conn, r io.Reader, up net.Conn) {
 	pair := &activity{}
 	d := p.idle()
-	cc, upc := &idleConn{Conn: c, d: d, a: pair}, &idleConn{Conn: up, d: d, a: pair}
+	cc, upc := &idleConn{Conn: c, d: d, a: pair}, &idleConn{Conn: up, d: d, a: pair, live: p.live}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -378,6 +412,9 @@ type idleConn struct {
 	net.Conn
 	d time.Duration
 	a *activity
+	// live, on the upstream side, is asked before each write: an error
+	// closes the connection unwritten.
+	live func() error
 }
 
 func (c *idleConn) Read(b []byte) (int, error) { return c.readVia(c.Conn, b) }
@@ -401,6 +438,12 @@ func (c *idleConn) readVia(r io.Reader, b []byte) (int, error) {
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
+	if c.live != nil {
+		if err := c.live(); err != nil {
+			c.Conn.Close()
+			return 0, err
+		}
+	}
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.d))
 	n, err := c.Conn.Write(b)
 	if n > 0 {

@@ -98,7 +98,7 @@ func (p *Proxy) socks(ctx context.Context, c net.Conn, br *bufio.Reader, lr *io.
 		switch {
 		case errors.Is(err, ErrDenied):
 			code = socksNotAllowed
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, errors.Is(err, ErrNotLive):
 			code = socksFailure
 		}
 		socksReply(c, code)

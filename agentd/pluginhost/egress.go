@@ -178,7 +178,9 @@ type proxyRun struct {
 
 // startProxy serves a sandbox's proxy on a socket in sockDir and
 // returns the relay the sandbox runs.
-func (l *Loader) startProxy(sockDir string, onDeny func(egress.Denial)) (*proxyRun, *sandbox.Relay, error) {
+// A lease (StartOptions.Lease) gates it: once the lease has run out,
+// nothing more goes upstream.
+func (l *Loader) startProxy(sockDir string, onDeny func(egress.Denial), lease *leaseKeeper) (*proxyRun, *sandbox.Relay, error) {
 	path := filepath.Join(sockDir, egressSocket)
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -190,6 +192,9 @@ func (l *Loader) startProxy(sockDir string, onDeny func(egress.Denial)) (*proxyR
 	}
 	d := &egress.Denials{Report: onDeny}
 	px := &egress.Proxy{Policy: &e.Policy, Resolver: e.Resolver, Dial: e.Dial, MaxConns: e.MaxConns, IdleTimeout: e.IdleTimeout, OnDeny: d.Add}
+	if lease != nil {
+		px.Live = lease.live
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &proxyRun{cancel: cancel, done: make(chan struct{}), denials: d}
 	go func() {

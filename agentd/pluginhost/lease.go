@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,8 +26,11 @@ type leaseKeeper struct {
 	path string
 	left func() time.Duration
 	last int64
-	stop chan struct{}
-	done chan struct{}
+	// until is the lease's end as last read (with the monotonic
+	// reading of the clock it was read on), for live.
+	until atomic.Pointer[time.Time]
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 // startLease writes the lease file in dir, as left says now, and keeps
@@ -63,7 +67,9 @@ func (k *leaseKeeper) keep() {
 // the plugin never reads half a number; nothing the plugin put in the
 // directory is followed or written through.
 func (k *leaseKeeper) write(now time.Time) error {
-	ms := now.Round(0).Add(k.left()).UnixMilli()
+	until := now.Add(k.left())
+	k.until.Store(&until)
+	ms := until.Round(0).UnixMilli()
 	if d := ms - k.last; d > -leaseJitter && d < leaseJitter {
 		// The same deadline, give or take the clocks' reading.
 		return nil
@@ -85,6 +91,21 @@ func (k *leaseKeeper) write(now time.Time) error {
 	}
 	k.last = ms
 	return nil
+}
+
+// live is the egress proxy's Live (egress.Proxy): an error once the
+// lease's end as last read has passed, on the monotonic or on the wall
+// clock (the agent's own rule). The agent brings it up to date every
+// leaseEvery, and renews its leases long before they end; an agent that
+// was frozen finds it passed as soon as it runs again, before its own
+// watchdog has stopped the plugin.
+func (k *leaseKeeper) live() error {
+	u := k.until.Load()
+	now := time.Now()
+	if now.Before(*u) && now.Round(0).Before(u.Round(0)) {
+		return nil
+	}
+	return fmt.Errorf("the agent's lease on the job ran out at %s", u.UTC().Format(time.RFC3339Nano))
 }
 
 // end stops keeping the file; safe on nil.

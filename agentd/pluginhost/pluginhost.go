@@ -267,7 +267,7 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 			cg.Apply(&m)
 		}
 		if l.network() == NetworkProxy {
-			px, m.Egress, err = l.startProxy(sockDir, opt.OnEgressDenied)
+			px, m.Egress, err = l.startProxy(sockDir, opt.OnEgressDenied, lease)
 		}
 		if err == nil && m.Egress != nil && l.OwnRelay && !external && l.Sandbox.Isolation == IsolationBubblewrap {
 			var b []byte

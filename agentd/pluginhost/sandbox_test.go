@@ -430,3 +430,73 @@ echo done`, secretAddr, worldAddr, px, configuredAddr)
 		})
 	}
 }
+
+// The egress proxy follows the agent's lease on the job: once the lease
+// has run out (an agent frozen past it runs again and its watchdog has
+// not yet stopped the plugin), a step's request is refused by the
+// proxy, not delivered, while the plugin's own stop (sdk.HostLeaseSlack
+// later) has not come yet. Here through a configured endpoint on the
+// host's loopback, as the fault harness's recorder is reached.
+func TestSandboxEgressEndsWithTheLease(t *testing.T) {
+	l := newLoader(t)
+	l.Sandbox = testSandbox(t, "bubblewrap")
+	addr, hits := countingServer(t, "127.0.0.1:0", "recorded")
+	l.Egress = &pluginhost.Egress{Policy: egress.Policy{Exceptions: []netip.AddrPort{netip.MustParseAddrPort(addr)}}}
+	work := t.TempDir()
+	if err := os.Chmod(work, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	var left atomic.Int64
+	left.Store(int64(time.Minute))
+	inst, err := l.Start(t.Context(), "action", pluginhost.StartOptions{WorkDir: work, Lease: func() time.Duration { return time.Duration(left.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inst.Kill)
+	gate := filepath.Join(work, "go")
+	step := fmt.Sprintf(`curl -sS -m 5 http://%[1]s/; echo " [first exit $?]"
+while [ ! -e %[2]s ]; do sleep 0.05; done
+r=0; curl -sS -m 5 http://%[1]s/ || r=$?; echo " [second exit $r]"
+r=0; env -u NO_PROXY -u no_proxy curl -sS -m 5 -x "$HTTP_PROXY" http://192.0.2.1/ || r=$?; echo " [proxied exit $r]"`, addr, gate)
+	type ran struct {
+		res  *sdk.Result
+		logs []sdk.LogEvent
+		err  error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var logs []sdk.LogEvent
+		var mu sync.Mutex
+		res, err := inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{Job: sdk.JobContext{JobID: "j", WorkDir: work},
+			Config: map[string]any{"sandbox": map[string]any{"network": true}, "steps": []any{map[string]any{"name": "beats", "script": step}}}, Env: l.EgressEnv()},
+			func(e sdk.LogEvent) { mu.Lock(); logs = append(logs, e); mu.Unlock() })
+		mu.Lock()
+		defer mu.Unlock()
+		done <- ran{res, logs, err}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for hits.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the step's first request never arrived")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The lease runs out; the agent's keeper reads it within 100 ms.
+	left.Store(int64(-time.Millisecond))
+	time.Sleep(300 * time.Millisecond)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	out := allText(r.logs)
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the endpoint got %d requests, want 1: the one sent after the lease ran out went through\n%s", n, out)
+	}
+	// The forwarded endpoint's relay is a raw tunnel: its client sees
+	// the connection reset; a client of the proxy itself reads why.
+	if strings.Contains(out, "[second exit 0]") || !strings.Contains(out, "lease on the job ran out") {
+		t.Errorf("the step's requests after the lease ran out were not refused by the proxy, naming the lease: %+v %v\n%s", r.res, r.err, out)
+	}
+}
