@@ -99,6 +99,43 @@ func TestFrozenAgentDoesNotRunTwoAttempts(t *testing.T) {
 	w.check()
 }
 
+// An agent frozen while its egress proxy holds the end of a request
+// that vendor code began before the freeze (the fault harness's random
+// schedule 4 hit it on a loaded machine: the proxy had read a beat and
+// sent it when the agent ran again, after the second agent's attempt
+// began). Here made certain: the step opens a connection to the
+// recorder through the proxy, sends a request's first lines, and its
+// last line only once the agent is frozen; the agent runs again after
+// the other agent's attempt has started. The proxy checks the lease
+// before each write, so the request never completes.
+func TestFrozenAgentHoldsNoRequestPastItsLease(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	w := newWorld(t, "", 2)
+	rec := strings.TrimSuffix(strings.TrimPrefix(w.rec.url, "http://"), "/r")
+	w.enqueueScript("a request finished while frozen", fmt.Sprintf(`u="%s?job=$BYOC_JOB_ID&attempt=$BYOC_ATTEMPT"
+rec() { curl -fsS -m 2 "$u&kind=$1" >/dev/null 2>&1 || true; }
+(printf 'GET /r?job=%%s&attempt=%%s&kind=beat HTTP/1.0\r\nHost: recorder\r\n' "$BYOC_JOB_ID" "$BYOC_ATTEMPT"; sleep 3; printf '\r\n') | curl -sS -m 30 telnet://%s >/dev/null 2>&1 &
+sleep 0.5
+rec start
+echo "start attempt=$BYOC_ATTEMPT"
+wait || true
+rec end
+echo "done attempt=$BYOC_ATTEMPT"`, w.rec.url, rec))
+	a := w.runningOn(w.jobs[0])
+	// Frozen with the request's end still to come (2.5 s later), until
+	// the other agent's attempt has begun.
+	w.stopAgent(a, lease+grace+4*time.Second)
+	w.check()
+	r, err := w.c.GetJob(context.Background(), connect.NewRequest(&imsv1.GetJobRequest{Id: w.jobs[0]}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Msg.Job.Attempt < 2 {
+		t.Fatalf("the job ended at attempt %d: the freeze did not move it to the other agent, so the schedule tested nothing", r.Msg.Job.Attempt)
+	}
+}
+
 // imsd killed mid-job and back after longer than a lease: the agent
 // reconnects within a heartbeat, and either re-attaches its job or has
 // stopped it before imsd hands it out again.
