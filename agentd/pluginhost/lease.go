@@ -93,19 +93,42 @@ func (k *leaseKeeper) write(now time.Time) error {
 	return nil
 }
 
+// liveRecheck is how long live asks the agent again before it refuses:
+// an agent that was frozen may not yet have read a renewal that imsd
+// confirmed meanwhile (it waits in the agent's socket), and refusing
+// then would fail a job whose lease never ran out. Well inside the
+// plugin's own sdk.HostLeaseSlack, and inside imsd's grace.
+const liveRecheck = 500 * time.Millisecond
+
 // live is the egress proxy's Live (egress.Proxy): an error once the
-// lease's end as last read has passed, on the monotonic or on the wall
-// clock (the agent's own rule). The agent brings it up to date every
-// leaseEvery, and renews its leases long before they end; an agent that
-// was frozen finds it passed as soon as it runs again, before its own
-// watchdog has stopped the plugin.
+// lease has run out, on the monotonic or on the wall clock (the agent's
+// own rule). The lease's end as last read (every leaseEvery) answers at
+// once while it lies ahead; once it has passed, the agent is asked again
+// for up to liveRecheck, and only a lease that still ran out refuses.
+// An agent frozen past its lease finds it passed as soon as it runs
+// again, before its own watchdog has stopped the plugin.
 func (k *leaseKeeper) live() error {
-	u := k.until.Load()
-	now := time.Now()
-	if now.Before(*u) && now.Round(0).Before(u.Round(0)) {
+	if u := k.until.Load(); within(time.Now(), *u) {
 		return nil
 	}
-	return fmt.Errorf("the agent's lease on the job ran out at %s", u.UTC().Format(time.RFC3339Nano))
+	give := time.Now().Add(liveRecheck)
+	for {
+		now := time.Now()
+		until := now.Add(k.left())
+		if within(now, until) {
+			k.until.Store(&until)
+			return nil
+		}
+		if now.After(give) {
+			return fmt.Errorf("the agent's lease on the job ran out at %s", until.UTC().Format(time.RFC3339Nano))
+		}
+		time.Sleep(liveRecheck / 6)
+	}
+}
+
+// within reports whether now lies before until on both clocks.
+func within(now, until time.Time) bool {
+	return now.Before(until) && now.Round(0).Before(until.Round(0))
 }
 
 // end stops keeping the file; safe on nil.
