@@ -172,8 +172,8 @@ func keys(ctx context.Context, args []string) int {
 		if st != nil {
 			st.Close()
 		}
-		fmt.Printf("rotated the job signing key %s: %s -> %s (endorsed in %s)\n", path, old.ID, next.ID, auth.ChainFile(path))
-		fmt.Println("restart imsd (every replica, each given the new key file and its .chain) to sign with the new key; agents learn it at their next connection and trust both until imsd key retire")
+		fmt.Printf("rotated the job signing key %s: %s -> %s (endorsed in %s; the old key kept in %s, for offline results only)\n", path, old.ID, next.ID, auth.ChainFile(path), auth.PreviousFile(path))
+		fmt.Println("restart imsd (every replica, each given the new key file, its .chain and its .previous) to sign with the new key; agents learn it at their next connection and trust both until imsd key retire")
 		return 0
 	}
 	key, err := auth.LoadSigningKey(path, false)

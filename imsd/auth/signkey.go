@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/byoc-dev/byoc/internal/atomicfile"
@@ -144,8 +145,10 @@ func LoadKeyChain(keyFile string, key SigningKey) ([]agentproto.Endorsement, err
 }
 
 // RotateSigningKey replaces the key in keyFile with a new one and appends
-// its endorsement by the old key to the chain file (written first: a
-// crash in between leaves the old key and an endorsement nobody uses).
+// its endorsement by the old key to the chain file, and the old key
+// itself to the previous-keys file (PreviousFile), both written first: a
+// crash in between leaves the old key, an endorsement nobody uses and a
+// previous key that is the current one (LoadPreviousKeys skips it).
 // It returns the old and the new key. A running imsd keeps signing with
 // the key it loaded until it restarts.
 func RotateSigningKey(keyFile string) (old, next SigningKey, err error) {
@@ -156,6 +159,23 @@ func RotateSigningKey(keyFile string) (old, next SigningKey, err error) {
 	chain, err := LoadKeyChain(keyFile, old)
 	if err != nil {
 		return old, next, err
+	}
+	// Read before anything is written: a previous-keys file imsd would
+	// refuse stops the rotation here.
+	if _, err := LoadPreviousKeys(keyFile, old, chain); err != nil {
+		return old, next, err
+	}
+	prev, err := os.ReadFile(PreviousFile(keyFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return old, next, fmt.Errorf("read previous keys: %w", err)
+	}
+	oldDER, err := x509.MarshalPKCS8PrivateKey(old.Private)
+	if err != nil {
+		return old, next, err
+	}
+	prev = append(prev, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: oldDER})...)
+	if err := atomicfile.Write(PreviousFile(keyFile), prev, 0o600); err != nil {
+		return old, next, fmt.Errorf("write previous keys: %w", err)
 	}
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -182,6 +202,63 @@ func RotateSigningKey(keyFile string) (old, next SigningKey, err error) {
 		return old, next, fmt.Errorf("write signing key %s: %w", keyFile, err)
 	}
 	return old, next, nil
+}
+
+// PreviousFile is the file beside a signing key that holds the keys it
+// replaced (RotateSigningKey), PEM "PRIVATE KEY" blocks, oldest first.
+// imsd opens and checks with them the results of offline bundles made
+// before a rotation (their jobs come back sealed to the key that signed
+// them); it signs nothing with them.
+func PreviousFile(keyFile string) string { return keyFile + ".previous" }
+
+// LoadPreviousKeys reads the previous keys beside keyFile (none if there
+// is no such file). Each must be a key imsd held: one that endorsed its
+// successor in chain (LoadKeyChain's). An entry that is key itself (a
+// rotation interrupted before it replaced the key file) is skipped.
+// Errors name the file and the entry.
+func LoadPreviousKeys(keyFile string, key SigningKey, chain []agentproto.Endorsement) ([]SigningKey, error) {
+	path := PreviousFile(keyFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read previous keys: %w", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("previous keys %s: mode %o lets others read them; chmod 600 it", path, fi.Mode().Perm())
+	}
+	var out []SigningKey
+	for i := 1; ; i++ {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			if len(strings.TrimSpace(string(b))) > 0 {
+				return nil, fmt.Errorf("previous keys %s: entry %d: not a PEM block", path, i)
+			}
+			return out, nil
+		}
+		if blk.Type != "PRIVATE KEY" {
+			return nil, fmt.Errorf("previous keys %s: entry %d: a %q block, want \"PRIVATE KEY\" (PKCS#8 Ed25519)", path, i, blk.Type)
+		}
+		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("previous keys %s: entry %d: %w", path, i, err)
+		}
+		priv, ok := k.(ed25519.PrivateKey)
+		if !ok {
+			return nil, fmt.Errorf("previous keys %s: entry %d: a %T, want an Ed25519 key", path, i, k)
+		}
+		pk := NewSigningKey(priv)
+		if pk.ID == key.ID {
+			continue
+		}
+		if !slices.ContainsFunc(chain, func(e agentproto.Endorsement) bool { return e.Signer.Equal(pk.Public) }) {
+			return nil, fmt.Errorf("previous keys %s: entry %d, key %s, is not a key this signing key's chain %s names: give every replica the key file with its .chain and .previous together",
+				path, i, pk.ID, ChainFile(keyFile))
+		}
+		out = append(out, pk)
+	}
 }
 
 // RetiredFile is the file beside a signing key that holds the

@@ -19,6 +19,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
@@ -135,23 +136,39 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	if res.Bundle != man.ID || res.AgentID != agent.ID || res.InstallID != in.ID {
 		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s names bundle %s of agent %s, the manifest %s of agent %s", resultsFileName, res.Bundle, res.AgentID, man.ID, agent.ID)
 	}
-	// The jobs came back sealed to this imsd's key (they carry the
-	// install's sensitive values; jobs.json is their masked view).
+	// The jobs came back sealed to the imsd key that signed them (they
+	// carry the install's sensitive values; jobs.json is their masked
+	// view): the current key, or one it replaced (a bundle made before
+	// imsd key rotate). A key imsd never held opens nothing.
 	sealedB, err := read(BundleSealedJobsFile)
 	if err != nil {
 		return nil, err
 	}
-	jobsB, err := agentchannel.OpenWith(s.cfg.SigningKey.Private, agentproto.ResultsJobsInfo(in.ID, agent.ID), sealedB)
-	if err != nil {
-		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s does not open with this imsd's key %s (%v): sealed by another agent, to another imsd key, or changed", BundleSealedJobsFile, s.cfg.SigningKey.ID, err)
+	held := append([]auth.SigningKey{s.cfg.SigningKey}, s.cfg.PreviousSigningKeys...)
+	var jobsB []byte
+	var openErr error
+	for _, k := range held {
+		if jobsB, openErr = agentchannel.OpenWith(k.Private, agentproto.ResultsJobsInfo(in.ID, agent.ID), sealedB); openErr == nil {
+			break
+		}
+	}
+	if openErr != nil {
+		ids := make([]string, len(held))
+		for i, k := range held {
+			ids[i] = k.ID
+		}
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s opens with no key this imsd holds (%s; %v): sealed by another agent, to a key this imsd never held, or changed", BundleSealedJobsFile, strings.Join(ids, ", "), openErr)
 	}
 	var jobs []agentproto.BundleJob
 	if err := json.Unmarshal(jobsB, &jobs); err != nil {
 		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", BundleSealedJobsFile, err)
 	}
-	// Only jobs imsd signed for this agent; expired signatures are fine:
-	// they ran before (the journal says when).
-	keys := map[string]ed25519.PublicKey{s.cfg.SigningKey.ID: s.cfg.SigningKey.Public}
+	// Only jobs imsd signed for this agent, with a key it held; expired
+	// signatures are fine: they ran before (the journal says when).
+	keys := map[string]ed25519.PublicKey{}
+	for _, k := range held {
+		keys[k.ID] = k.Public
+	}
 	cfgs := make([]map[string]any, len(jobs))
 	for i := range jobs {
 		j := &jobs[i]

@@ -71,6 +71,11 @@ type Config struct {
 	// SigningKey is imsd's job signing key, which signs offline bundles'
 	// jobs and manifests (bundles.go); zero: no bundles.
 	SigningKey auth.SigningKey
+	// PreviousSigningKeys are the keys SigningKey replaced
+	// (auth.LoadPreviousKeys): results of offline bundles signed with
+	// one of them open and check with it (bundleresults.go). They sign
+	// nothing.
+	PreviousSigningKeys []auth.SigningKey
 	// RegistryURL is the vendor registry as agents reach it, and
 	// RegistryTokens signs its tokens (nil: none): byoc bundle create
 	// copies the bundle's artifacts from it.

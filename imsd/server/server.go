@@ -287,6 +287,9 @@ type Server struct {
 	key     auth.SigningKey
 	chain   []agentproto.Endorsement
 	retired []agentproto.Retirement
+	// previous are the keys key replaced (auth.LoadPreviousKeys), for
+	// the results of offline bundles signed before a rotation.
+	previous []auth.SigningKey
 	// tokens signs registry tokens (nil: no token server).
 	tokens *registry.Signer
 	// engine runs workflows.
@@ -357,11 +360,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	previous, err := auth.LoadPreviousKeys(SigningKeyPath(cfg.DataDir, cfg.SigningKeyFile), key, chain)
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, retired: retired, log: cfg.Logger, sso: ssoV, login: login}
+	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, retired: retired, previous: previous, log: cfg.Logger, sso: ssoV, login: login}
 	s.forwardCancels()
 	if dir := cmp.Or(cfg.RegistryKeyDir, cfg.DataDir); dir != "" {
 		if s.tokens, err = registry.LoadOrCreateSigner(dir, cfg.RegistryService); err != nil {
@@ -507,7 +514,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	}})
 	s.reg.MustRegister(s.health)
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, SigningKey: s.key, RegistryURL: cfg.RegistryURL, RegistryTokens: s.tokens, Login: s.login, Telemetry: s.telemetry}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, SigningKey: s.key, PreviousSigningKeys: s.previous, RegistryURL: cfg.RegistryURL, RegistryTokens: s.tokens, Login: s.login, Telemetry: s.telemetry}, cfg.Now, s.log)
 	var idv operatorapi.IDTokenVerifier
 	if s.sso != nil {
 		idv = s.sso
