@@ -454,7 +454,9 @@ func TestImportResultsEditedAfterSigning(t *testing.T) {
 // their jobs come back sealed to, and signed by, the key imsd replaced,
 // which the rotation kept (auth.LoadPreviousKeys). They used to be
 // refused: imsd opened them with its current key only. Results whose
-// jobs a key imsd never held sealed and signed are still refused.
+// jobs a key imsd never held sealed and signed are still refused, and
+// so are those of a key replaced longer than auth.PreviousKeyUse ago
+// (imsd used a previous key for ever before), the refusal naming it.
 func TestImportResultsOfABundleMadeBeforeARotation(t *testing.T) {
 	ctx := context.Background()
 	s, st, _, t0 := bundleService(t)
@@ -468,7 +470,7 @@ func TestImportResultsOfABundleMadeBeforeARotation(t *testing.T) {
 	files := resultsFiles(t, old, ag.ID, agentKey, t0, before)
 
 	// imsd key rotate, then imsd restarts with what the rotation wrote.
-	if _, _, err := auth.RotateSigningKey(keyFile); err != nil {
+	if _, err := auth.RotateSigningKey(keyFile, t0); err != nil {
 		t.Fatal(err)
 	}
 	next, err := auth.LoadSigningKey(keyFile, false)
@@ -479,9 +481,9 @@ func TestImportResultsOfABundleMadeBeforeARotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev, err := auth.LoadPreviousKeys(keyFile, next, chain)
-	if err != nil || len(prev) != 1 || prev[0].ID != old.ID {
-		t.Fatalf("the previous keys after a rotation: %v, %v; want %s", prev, err, old.ID)
+	prev, err := auth.LoadPreviousKeys(keyFile, next, chain, t0)
+	if err != nil || len(prev) != 1 || prev[0].ID != old.ID || !prev[0].ReplacedAt.Equal(t0) {
+		t.Fatalf("the previous keys after a rotation: %v, %v; want %s replaced at %s", prev, err, old.ID, t0)
 	}
 	s.cfg.SigningKey, s.cfg.SigningKeyID, s.cfg.PreviousSigningKeys = next, next.ID, prev
 
@@ -499,6 +501,21 @@ func TestImportResultsOfABundleMadeBeforeARotation(t *testing.T) {
 		t.Fatalf("results of jobs a stranger's key signed, sealed to a key imsd held: %v", err)
 	}
 
+	// Past the old key's use (a running imsd's clock moved on): refused,
+	// nothing recorded, the key and its dates named.
+	until := t0.Add(auth.PreviousKeyUse)
+	s.now = func() time.Time { return until }
+	_, err = importResults(s, files[before])
+	if err == nil || !strings.Contains(err.Error(), "opens with no key this imsd holds ("+next.ID+";") || !strings.Contains(err.Error(), "nothing was recorded") ||
+		!strings.Contains(err.Error(), "which this imsd no longer uses: "+old.ID+" (replaced "+t0.UTC().Format(time.RFC3339)+", used until "+until.UTC().Format(time.RFC3339)+")") {
+		t.Fatalf("results of a bundle whose key was replaced %s ago: %v", auth.PreviousKeyUse, err)
+	}
+	if wfs, err := st.ListWorkflows(ctx, store.WorkflowFilter{InstallID: "inst-1"}); err != nil || len(wfs) != 0 {
+		t.Fatalf("a refused import recorded workflows: %v, %v", wfs, err)
+	}
+
+	// Within it: imported.
+	s.now = func() time.Time { return until.Add(-time.Second) }
 	out, err := importResults(s, files[before])
 	if err != nil || out.AlreadyImported || out.Jobs != 1 {
 		t.Fatalf("results of a bundle made before the rotation: %v, %v", out, err)
