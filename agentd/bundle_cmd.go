@@ -142,13 +142,14 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 		return err
 	}
 	// The bundle's files go beside it, never into the state directory:
-	// plugins read the artifacts from there, in their sandbox.
-	parent, err := os.MkdirTemp(filepath.Dir(abs), ".byoc-bundle-")
+	// plugins read the artifacts from there, in their sandbox. What
+	// imports killed there before left goes first.
+	stage, err := stageImport(filepath.Dir(abs), stdout)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(parent)
-	staging := filepath.Join(parent, "bundle")
+	defer stage.Close()
+	staging := filepath.Join(stage.Path, "bundle")
 	keys := a.IMSDKeys()
 	start := time.Now()
 	// Only the small files are unpacked (the jobs, manifests, index.json,

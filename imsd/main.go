@@ -162,18 +162,33 @@ func keys(ctx context.Context, args []string) int {
 	}
 	switch verb {
 	case "rotate":
-		old, next, err := auth.RotateSigningKey(path)
+		now := time.Now()
+		r, err := auth.RotateSigningKey(path, now)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "imsd key rotate: %v\n", err)
 			return 1
 		}
+		old, next := r.Old, r.Next
+		data := map[string]string{"key": next.ID, "previous": old.ID}
+		var pruned []string
+		for _, k := range r.Pruned {
+			pruned = append(pruned, k.ID)
+		}
+		if len(pruned) > 0 {
+			data["pruned"] = strings.Join(pruned, ",")
+		}
 		st := openStore()
-		audit(st, "imsd.key_rotated", map[string]string{"key": next.ID, "previous": old.ID})
+		audit(st, "imsd.key_rotated", data)
 		if st != nil {
 			st.Close()
 		}
-		fmt.Printf("rotated the job signing key %s: %s -> %s (endorsed in %s)\n", path, old.ID, next.ID, auth.ChainFile(path))
-		fmt.Println("restart imsd (every replica, each given the new key file and its .chain) to sign with the new key; agents learn it at their next connection and trust both until imsd key retire")
+		fmt.Printf("rotated the job signing key %s: %s -> %s (endorsed in %s; the old key kept in %s, for offline results only, until %s)\n", path, old.ID, next.ID, auth.ChainFile(path), auth.PreviousFile(path),
+			now.Add(auth.PreviousKeyUse).UTC().Format(time.RFC3339))
+		for _, k := range r.Pruned {
+			fmt.Printf("removed the previous key %s from %s: replaced %s, more than %d days ago (a bundle's longest validity and a margin to carry its results back); results of bundles it signed no longer import\n",
+				k.ID, auth.PreviousFile(path), k.ReplacedAt.UTC().Format(time.RFC3339), int(auth.PreviousKeyUse/(24*time.Hour)))
+		}
+		fmt.Println("restart imsd (every replica, each given the new key file, its .chain and its .previous) to sign with the new key (until then it makes no offline bundle); agents learn it at their next connection and trust both until imsd key retire")
 		return 0
 	}
 	key, err := auth.LoadSigningKey(path, false)

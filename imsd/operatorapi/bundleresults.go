@@ -19,6 +19,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
@@ -135,23 +136,60 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	if res.Bundle != man.ID || res.AgentID != agent.ID || res.InstallID != in.ID {
 		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s names bundle %s of agent %s, the manifest %s of agent %s", resultsFileName, res.Bundle, res.AgentID, man.ID, agent.ID)
 	}
-	// The jobs came back sealed to this imsd's key (they carry the
-	// install's sensitive values; jobs.json is their masked view).
+	// The jobs came back sealed to the imsd key that signed them (they
+	// carry the install's sensitive values; jobs.json is their masked
+	// view): the current key, or one it replaced (a bundle made before
+	// imsd key rotate) within auth.PreviousKeyUse of that rotation. A key
+	// imsd never held, or replaced longer ago, opens nothing.
 	sealedB, err := read(BundleSealedJobsFile)
 	if err != nil {
 		return nil, err
 	}
-	jobsB, err := agentchannel.OpenWith(s.cfg.SigningKey.Private, agentproto.ResultsJobsInfo(in.ID, agent.ID), sealedB)
-	if err != nil {
-		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s does not open with this imsd's key %s (%v): sealed by another agent, to another imsd key, or changed", BundleSealedJobsFile, s.cfg.SigningKey.ID, err)
+	now := s.now()
+	held := []auth.SigningKey{s.cfg.SigningKey}
+	var past []string
+	for _, k := range s.cfg.PreviousSigningKeys {
+		if k.Private != nil && k.UsableAt(now) {
+			held = append(held, k.SigningKey)
+		} else {
+			past = append(past, fmt.Sprintf("%s (replaced %s, used until %s)", k.ID, k.ReplacedAt.UTC().Format(time.RFC3339), k.UsableUntil().UTC().Format(time.RFC3339)))
+		}
+	}
+	var jobsB []byte
+	var openErr error
+	opened := -1
+	for i, k := range held {
+		if jobsB, openErr = agentchannel.OpenWith(k.Private, agentproto.ResultsJobsInfo(in.ID, agent.ID), sealedB); openErr == nil {
+			opened = i
+			break
+		}
+	}
+	if openErr != nil {
+		ids := make([]string, len(held))
+		for i, k := range held {
+			ids[i] = k.ID
+		}
+		msg := fmt.Sprintf("results file refused, nothing was recorded: %s opens with no key this imsd holds (%s; %v): sealed by another agent, to a key this imsd never held, or changed", BundleSealedJobsFile, strings.Join(ids, ", "), openErr)
+		if len(past) > 0 {
+			msg += fmt.Sprintf("; or to a key replaced longer ago than imsd keeps using one (%d days after imsd key rotate: a bundle's longest validity and a margin to carry its results back), which this imsd no longer uses: %s", int(auth.PreviousKeyUse/(24*time.Hour)), strings.Join(past, ", "))
+		}
+		return nil, errs.E(errs.Invalid, "%s", msg)
+	}
+	if opened > 0 {
+		k := s.cfg.PreviousSigningKeys[slices.IndexFunc(s.cfg.PreviousSigningKeys, func(p auth.PreviousKey) bool { return p.ID == held[opened].ID })]
+		s.log.InfoContext(ctx, "results of a bundle signed before a key rotation opened with the previous key", "install", in.Name, "bundle", man.ID,
+			"key", k.ID, "replaced", k.ReplacedAt.UTC().Format(time.RFC3339), "used_until", k.UsableUntil().UTC().Format(time.RFC3339))
 	}
 	var jobs []agentproto.BundleJob
 	if err := json.Unmarshal(jobsB, &jobs); err != nil {
 		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", BundleSealedJobsFile, err)
 	}
-	// Only jobs imsd signed for this agent; expired signatures are fine:
-	// they ran before (the journal says when).
-	keys := map[string]ed25519.PublicKey{s.cfg.SigningKey.ID: s.cfg.SigningKey.Public}
+	// Only jobs imsd signed for this agent, with a key it held; expired
+	// signatures are fine: they ran before (the journal says when).
+	keys := map[string]ed25519.PublicKey{}
+	for _, k := range held {
+		keys[k.ID] = k.Public
+	}
 	cfgs := make([]map[string]any, len(jobs))
 	for i := range jobs {
 		j := &jobs[i]
@@ -233,7 +271,7 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 
 	// Record it as the online path would have: the workflow, each step's
 	// job and result, what the install runs, the install's state.
-	now := s.now()
+	now = s.now()
 	kind := cmp.Or(res.WorkflowKind, workflow.Provision)
 	wf := store.Workflow{ID: out.WorkflowId, InstallID: in.ID, Kind: kind, AppRevision: res.Revision, Parallelism: 1, CreatedAt: now,
 		CreatedBy: "bundle " + man.ID, Reason: "offline bundle " + man.ID + " run by agent " + agent.ID}

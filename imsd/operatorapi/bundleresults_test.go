@@ -41,8 +41,11 @@ func resultsFiles(t *testing.T, key auth.SigningKey, agentID string, agentKey ed
 // carrying only its journal's records from from[id] on (0: all);
 // edit, if set, edits the journal's records of a file before it is
 // signed; ownOnly ends each file's journal at its bundle's records
-// (exported right after the bundle ran), not at the last bundle's.
+// (exported right after the bundle ran), not at the last bundle's;
+// sealTo, if set, is the imsd key the jobs go back sealed to (else the
+// key that signed them).
 type journalShape struct {
+	sealTo   ed25519.PublicKey
 	ownOnly  bool
 	pad      map[string]int
 	padBytes int
@@ -90,7 +93,11 @@ func resultsFilesWith(t *testing.T, key auth.SigningKey, agentID string, agentKe
 	for _, id := range bundleIDs {
 		job := jobs[id]
 		b, _ := json.Marshal([]agentproto.BundleJob{job})
-		sealed, err := agentchannel.SealTo(key.Public, agentproto.ResultsJobsInfo("inst-1", agentID), b)
+		sealTo := key.Public
+		if sh.sealTo != nil {
+			sealTo = sh.sealTo
+		}
+		sealed, err := agentchannel.SealTo(sealTo, agentproto.ResultsJobsInfo("inst-1", agentID), b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,5 +447,80 @@ func TestImportResultsEditedAfterSigning(t *testing.T) {
 	}
 	if out, err := importResults(s, file); err != nil || out.AlreadyImported {
 		t.Fatalf("the file as signed: %v, %v", out, err)
+	}
+}
+
+// The results of a bundle made before imsd key rotate import after it:
+// their jobs come back sealed to, and signed by, the key imsd replaced,
+// which the rotation kept (auth.LoadPreviousKeys). They used to be
+// refused: imsd opened them with its current key only. Results whose
+// jobs a key imsd never held sealed and signed are still refused, and
+// so are those of a key replaced longer than auth.PreviousKeyUse ago
+// (imsd used a previous key for ever before), the refusal naming it.
+func TestImportResultsOfABundleMadeBeforeARotation(t *testing.T) {
+	ctx := context.Background()
+	s, st, _, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	keyFile := filepath.Join(t.TempDir(), "signing.key")
+	old, err := auth.LoadSigningKey(keyFile, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := auth.NewSortableID("bdl_", t0)
+	files := resultsFiles(t, old, ag.ID, agentKey, t0, before)
+
+	// imsd key rotate, then imsd restarts with what the rotation wrote.
+	if _, err := auth.RotateSigningKey(keyFile, t0); err != nil {
+		t.Fatal(err)
+	}
+	next, err := auth.LoadSigningKey(keyFile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := auth.LoadKeyChain(keyFile, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, err := auth.LoadPreviousKeys(keyFile, next, chain, t0)
+	if err != nil || len(prev) != 1 || prev[0].ID != old.ID || !prev[0].ReplacedAt.Equal(t0) {
+		t.Fatalf("the previous keys after a rotation: %v, %v; want %s replaced at %s", prev, err, old.ID, t0)
+	}
+	s.cfg.SigningKey, s.cfg.SigningKeyID, s.cfg.PreviousSigningKeys = next, next.ID, prev
+
+	// Sealed and signed by a key this imsd never held: refused.
+	_, otherPriv, _ := ed25519.GenerateKey(nil)
+	stranger := auth.NewSigningKey(otherPriv)
+	strange := auth.NewSortableID("bdl_", t0.Add(time.Minute))
+	_, err = importResults(s, resultsFiles(t, stranger, ag.ID, agentKey, t0, strange)[strange])
+	if err == nil || !strings.Contains(err.Error(), "opens with no key this imsd holds ("+next.ID+", "+old.ID+";") || !strings.Contains(err.Error(), "nothing was recorded") {
+		t.Fatalf("results of jobs a stranger's key sealed and signed: %v", err)
+	}
+	// Sealed to a key imsd held, but its jobs signed by the stranger's.
+	forged := resultsFilesWith(t, stranger, ag.ID, agentKey, t0, journalShape{sealTo: old.Public}, strange)[strange]
+	if _, err := importResults(s, forged); err == nil || !strings.Contains(err.Error(), "is not one this imsd signed for agent "+ag.ID) {
+		t.Fatalf("results of jobs a stranger's key signed, sealed to a key imsd held: %v", err)
+	}
+
+	// Past the old key's use (a running imsd's clock moved on): refused,
+	// nothing recorded, the key and its dates named.
+	until := t0.Add(auth.PreviousKeyUse)
+	s.now = func() time.Time { return until }
+	_, err = importResults(s, files[before])
+	if err == nil || !strings.Contains(err.Error(), "opens with no key this imsd holds ("+next.ID+";") || !strings.Contains(err.Error(), "nothing was recorded") ||
+		!strings.Contains(err.Error(), "which this imsd no longer uses: "+old.ID+" (replaced "+t0.UTC().Format(time.RFC3339)+", used until "+until.UTC().Format(time.RFC3339)+")") {
+		t.Fatalf("results of a bundle whose key was replaced %s ago: %v", auth.PreviousKeyUse, err)
+	}
+	if wfs, err := st.ListWorkflows(ctx, store.WorkflowFilter{InstallID: "inst-1"}); err != nil || len(wfs) != 0 {
+		t.Fatalf("a refused import recorded workflows: %v, %v", wfs, err)
+	}
+
+	// Within it: imported.
+	s.now = func() time.Time { return until.Add(-time.Second) }
+	out, err := importResults(s, files[before])
+	if err != nil || out.AlreadyImported || out.Jobs != 1 {
+		t.Fatalf("results of a bundle made before the rotation: %v, %v", out, err)
+	}
+	if wf, _, err := st.GetWorkflow(ctx, out.WorkflowId); err != nil || wf.State != store.WorkflowSucceeded {
+		t.Fatalf("the bundle's workflow: %+v, %v", wf, err)
 	}
 }

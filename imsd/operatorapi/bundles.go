@@ -28,7 +28,7 @@ import (
 
 const (
 	defaultBundleValidity = 30 * 24 * time.Hour
-	maxBundleValidity     = 90 * 24 * time.Hour
+	maxBundleValidity     = agentproto.MaxBundleValidity
 	// bundlePullTTL is how long the CLI's vendor registry pull token
 	// lives: enough to copy the artifacts.
 	bundlePullTTL = time.Hour
@@ -49,6 +49,16 @@ func (s *Service) CreateBundle(ctx context.Context, req *connect.Request[imsv1.C
 	m := req.Msg
 	if s.cfg.SigningKey.Private == nil {
 		return nil, s.err(ctx, errs.E(errs.Unavailable, "this imsd has no job signing key loaded"))
+	}
+	if f := s.cfg.SigningKeyFile; f != "" {
+		k, err := auth.LoadSigningKey(f, false)
+		if err != nil {
+			return nil, s.err(ctx, errs.E(errs.Conflict, "this imsd cannot check that its job signing key %s is still the one in its key file: %v", s.cfg.SigningKey.ID, err))
+		}
+		if k.ID != s.cfg.SigningKey.ID {
+			return nil, s.err(ctx, errs.E(errs.Conflict, "this imsd signs with key %s, and its key file %s holds key %s now (imsd key rotate ran): restart imsd to sign bundles with the new key (results of a bundle signed with the old key would import for %d days after the rotation only)",
+				s.cfg.SigningKey.ID, f, k.ID, int(auth.PreviousKeyUse/(24*time.Hour))))
+		}
 	}
 	valid := defaultBundleValidity
 	if m.ValidSeconds != 0 {

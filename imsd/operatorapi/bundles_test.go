@@ -103,3 +103,34 @@ func TestSignBundleBindsTheBundle(t *testing.T) {
 		}
 	}
 }
+
+// imsd key rotate while imsd runs: imsd keeps signing online jobs with
+// the key it loaded until it restarts, but makes no bundle with it (one
+// would be valid up to 90 days after the rotation, and its results
+// import for auth.PreviousKeyUse after the rotation only). It used to
+// sign bundles with the replaced key until the restart.
+func TestCreateBundleRefusedAfterARotation(t *testing.T) {
+	s, _, _, _ := bundleService(t)
+	keyFile := filepath.Join(t.TempDir(), "signing.key")
+	key, err := auth.LoadSigningKey(keyFile, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.SigningKey, s.cfg.SigningKeyID, s.cfg.SigningKeyFile = key, key.ID, keyFile
+	create := func() error {
+		_, err := s.CreateBundle(context.Background(), connect.NewRequest(&imsv1.CreateBundleRequest{Install: "acme"}))
+		return err
+	}
+	// The key file holds the key imsd signs with: past the check (the
+	// service has no workflow engine here).
+	if err := create(); err == nil || strings.Contains(err.Error(), "key file") {
+		t.Fatalf("a bundle with the key file unchanged: %v", err)
+	}
+	r, err := auth.RotateSigningKey(keyFile, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := create(); err == nil || !strings.Contains(err.Error(), "this imsd signs with key "+key.ID+", and its key file "+keyFile+" holds key "+r.Next.ID+" now (imsd key rotate ran): restart imsd") {
+		t.Fatalf("a bundle after imsd key rotate, imsd not restarted: %v", err)
+	}
+}

@@ -71,6 +71,19 @@ type Config struct {
 	// SigningKey is imsd's job signing key, which signs offline bundles'
 	// jobs and manifests (bundles.go); zero: no bundles.
 	SigningKey auth.SigningKey
+	// SigningKeyFile is the file SigningKey was read from ("": none to
+	// check). CreateBundle refuses once it holds another key: imsd key
+	// rotate ran, and a bundle signed with the old key now would outlive
+	// the time its results import (auth.PreviousKeyUse counts from the
+	// rotation).
+	SigningKeyFile string
+	// PreviousSigningKeys are the keys SigningKey replaced
+	// (auth.LoadPreviousKeys): results of offline bundles signed with
+	// one of them open and check with it (bundleresults.go) while it is
+	// auth.PreviousKey.UsableAt the time of the import; one with no
+	// Private key is one imsd no longer uses, named in refusals. They
+	// sign nothing.
+	PreviousSigningKeys []auth.PreviousKey
 	// RegistryURL is the vendor registry as agents reach it, and
 	// RegistryTokens signs its tokens (nil: none): byoc bundle create
 	// copies the bundle's artifacts from it.

@@ -287,6 +287,10 @@ type Server struct {
 	key     auth.SigningKey
 	chain   []agentproto.Endorsement
 	retired []agentproto.Retirement
+	// previous are the keys key replaced (loadPreviousKeys), for the
+	// results of offline bundles signed before a rotation; those past
+	// their use hold no private key.
+	previous []auth.PreviousKey
 	// tokens signs registry tokens (nil: no token server).
 	tokens *registry.Signer
 	// engine runs workflows.
@@ -357,11 +361,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	previous, err := loadPreviousKeys(cfg, key, chain)
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, retired: retired, log: cfg.Logger, sso: ssoV, login: login}
+	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, retired: retired, previous: previous, log: cfg.Logger, sso: ssoV, login: login}
 	s.forwardCancels()
 	if dir := cmp.Or(cfg.RegistryKeyDir, cfg.DataDir); dir != "" {
 		if s.tokens, err = registry.LoadOrCreateSigner(dir, cfg.RegistryService); err != nil {
@@ -447,6 +455,35 @@ func loadSigningKey(cfg Config) (auth.SigningKey, []agentproto.Endorsement, erro
 	return k, chain, err
 }
 
+// loadPreviousKeys reads the keys the signing key replaced
+// (auth.LoadPreviousKeys) and logs each: in use until when, or no longer
+// used (replaced longer than auth.PreviousKeyUse ago: its private key is
+// dropped here, and the next imsd key rotate removes it from the file).
+// One whose replacement time is the file's modification time (written by
+// an older imsd) is logged at WARN.
+func loadPreviousKeys(cfg Config, key auth.SigningKey, chain []agentproto.Endorsement) ([]auth.PreviousKey, error) {
+	path := SigningKeyPath(cfg.DataDir, cfg.SigningKeyFile)
+	now := cfg.Now()
+	prev, err := auth.LoadPreviousKeys(path, key, chain, now)
+	if err != nil {
+		return nil, err
+	}
+	for i, k := range prev {
+		attrs := []any{"key", k.ID, "file", auth.PreviousFile(path), "entry", k.Entry,
+			"replaced", k.ReplacedAt.UTC().Format(time.RFC3339), "used_until", k.UsableUntil().UTC().Format(time.RFC3339)}
+		if k.FromModTime {
+			cfg.Logger.Warn("a previous signing key has no Replaced-At (written by an older imsd): taken as replaced when the file was last written; imsd key rotate writes it", attrs...)
+		}
+		if k.UsableAt(now) {
+			cfg.Logger.Info("a previous signing key opens the results of offline bundles it signed", attrs...)
+			continue
+		}
+		prev[i].Private = nil
+		cfg.Logger.Warn("a previous signing key was replaced longer ago than any of its bundles' results need: no longer used; imsd key rotate removes it from the file", attrs...)
+	}
+	return prev, nil
+}
+
 // SigningKeyPath is the signing key file imsd uses: keyFile if set, else
 // the one in dataDir.
 func SigningKeyPath(dataDir, keyFile string) string {
@@ -507,7 +544,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	}})
 	s.reg.MustRegister(s.health)
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, SigningKey: s.key, RegistryURL: cfg.RegistryURL, RegistryTokens: s.tokens, Login: s.login, Telemetry: s.telemetry}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, SigningKey: s.key, SigningKeyFile: SigningKeyPath(cfg.DataDir, cfg.SigningKeyFile), PreviousSigningKeys: s.previous, RegistryURL: cfg.RegistryURL, RegistryTokens: s.tokens, Login: s.login, Telemetry: s.telemetry}, cfg.Now, s.log)
 	var idv operatorapi.IDTokenVerifier
 	if s.sso != nil {
 		idv = s.sso

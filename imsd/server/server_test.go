@@ -151,7 +151,7 @@ func TestSigningKeyConfig(t *testing.T) {
 	}
 	// A rotated key given without its chain's last key: refused.
 	path := filepath.Join(dir, SigningKeyFileName)
-	if _, _, err := auth.RotateSigningKey(path); err != nil {
+	if _, err := auth.RotateSigningKey(path, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	other := filepath.Join(t.TempDir(), "other.key")

@@ -27,6 +27,13 @@ const bundleContext = "byoc bundle manifest v1\x00"
 // export-results) to its purpose; the agent signs it with its own key.
 const resultsContext = "byoc bundle results v1\x00"
 
+// MaxBundleValidity is the longest imsd signs a bundle's jobs for
+// (byoc bundle create --valid-for). The agent runs no expired job, so
+// the results of a bundle's jobs are all made within it of the bundle;
+// imsd keeps a replaced signing key for its results that long and a
+// margin (auth.PreviousKeyUse).
+const MaxBundleValidity = 90 * 24 * time.Hour
+
 // bundleIDRE is a bundle id as imsd makes them (auth.NewSortableID
 // "bdl_"): its millisecond and random bits in sortable base32.
 var bundleIDRE = regexp.MustCompile(`^bdl_[0-9a-v]{26}$`)
