@@ -1220,7 +1220,10 @@ func (x *CreateAppResponse) GetApp() *App {
 }
 
 type ListAppsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// include_vendor also lists the vendor's build agent's reserved app
+	// (_vendor), which is no customer's and is left out otherwise.
+	IncludeVendor bool `protobuf:"varint,1,opt,name=include_vendor,json=includeVendor,proto3" json:"include_vendor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1253,6 +1256,13 @@ func (x *ListAppsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListAppsRequest.ProtoReflect.Descriptor instead.
 func (*ListAppsRequest) Descriptor() ([]byte, []int) {
 	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListAppsRequest) GetIncludeVendor() bool {
+	if x != nil {
+		return x.IncludeVendor
+	}
+	return false
 }
 
 type ListAppsResponse struct {
@@ -9882,8 +9892,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"7\n" +
 	"\x11CreateAppResponse\x12\"\n" +
-	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\x11\n" +
-	"\x0fListAppsRequest\"8\n" +
+	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"8\n" +
+	"\x0fListAppsRequest\x12%\n" +
+	"\x0einclude_vendor\x18\x01 \x01(\bR\rincludeVendor\"8\n" +
 	"\x10ListAppsResponse\x12$\n" +
 	"\x04apps\x18\x01 \x03(\v2\x10.byoc.ims.v1.AppR\x04apps\"-\n" +
 	"\rGetAppRequest\x12\x1c\n" +
