@@ -97,6 +97,11 @@ func TestAgentUpdateAttacks(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%s: %v; want refused: %s", what, err, want)
 		}
+		// An agent release is no plugin: the refusal, which the
+		// customer reads and the agent reports, must not call it one.
+		if strings.Contains(err.Error(), "plugin ") {
+			t.Fatalf("%s: %v; the error calls the agent release a plugin", what, err)
+		}
 		if l := loadLastUpdate(state); l == nil || l.Cause != cause {
 			t.Fatalf("%s: last decision %+v; want cause %s", what, l, cause)
 		}
@@ -108,7 +113,7 @@ func TestAgentUpdateAttacks(t *testing.T) {
 	md := push("1.5.0", plat)
 	sign(md, plugindist.AgentType, "1.9.0")
 	sign(md, "terraform", "1.5.0")
-	refused("a signature for another version or type", ref(md), false, causeSignature, "no signature by a trusted key")
+	refused("a signature for another version or type", ref(md), false, causeSignature, "agent release 1.5.0 ("+md.Digest.String()+"): no signature by a trusted key")
 
 	// A release for another platform only.
 	other := "plan9/amd64"
@@ -117,7 +122,7 @@ func TestAgentUpdateAttacks(t *testing.T) {
 	}
 	md = push("1.5.1", other)
 	sign(md, plugindist.AgentType, "1.5.1")
-	refused("a release for another platform", ref(md), false, causeDownload, "has no binary for "+plat)
+	refused("a release for another platform", ref(md), false, causeDownload, "agent release 1.5.1 ("+md.Digest.String()+") has no binary for "+plat)
 
 	// A binary layer changed in the vendor registry's storage after
 	// signing (same size, other bytes): the copy's digest check fails it.

@@ -550,7 +550,7 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 	u.refusedVersion = m.Version
 	keyID, err := plugindist.Verify(ctx, repo, m, id.IMSDKeys)
 	if err != nil {
-		return u.refuse(at, causeSignature, fmt.Errorf("refused: agent release %w", err))
+		return u.refuse(at, causeSignature, fmt.Errorf("refused: %w", err))
 	}
 	if r := st.Update.Refusal(m.Version, u.now(), !u.auto); r != "" {
 		// Only the window refuses an offer it would allow at the

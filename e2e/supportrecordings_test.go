@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -121,4 +122,72 @@ func TestSupportRecordingsListAndPlay(t *testing.T) {
 		t.Fatalf("%d audited reads of the tampered ses_bad, want 1", len(bad))
 	}
 	cli.Run(0, "audit", "verify", "--install", "acme")
+}
+
+// byoc support recordings lists the SHA-256 that byoc support play checks
+// (the audit chain's record of keeping the recording), not the kept row's
+// own column, and says which recordings play would refuse: a recording
+// whose bytes and column were altered together lists the hash imsd kept,
+// marked tampered, and play refuses it.
+func TestSupportRecordingsListTheHashPlayChecks(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	keepRecording(t, ims, "acme", "ses_good", false)
+	keepRecording(t, ims, "acme", "ses_alt", false)
+	hash := func(id string) string {
+		sum := sha256.Sum256([]byte(strings.Replace(testRecording, "SES", id, 1)))
+		return hex.EncodeToString(sum[:])
+	}
+	// Alter ses_alt's bytes and its row's SHA-256 column in one write.
+	altered := []byte(strings.Replace(strings.Replace(testRecording, "SES", "ses_alt", 1), "uid=1000", "uid=0", 1))
+	sum := sha256.Sum256(altered)
+	alteredHash := hex.EncodeToString(sum[:])
+	st, err := store.Open(context.Background(), filepath.Join(ims.DataDir, "imsd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, st.RawExec(context.Background(), `UPDATE support_session_recordings SET data = ?, sha256 = ? WHERE session_id = ?`, altered, alteredHash, "ses_alt"))
+	st.Close()
+
+	out := cli.Run(0, "support", "recordings", "acme")
+	row := func(id string) []string {
+		t.Helper()
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == id {
+				return f
+			}
+		}
+		t.Fatalf("no row for %s:\n%s", id, out)
+		return nil
+	}
+	if !strings.Contains(out, "CHECK") {
+		t.Fatalf("support recordings has no CHECK column:\n%s", out)
+	}
+	if f := row("ses_good"); f[len(f)-2] != hash("ses_good") || f[len(f)-1] != "ok" {
+		t.Fatalf("ses_good: %v, want SHA-256 %s and ok:\n%s", f, hash("ses_good"), out)
+	}
+	if f := row("ses_alt"); f[len(f)-2] != hash("ses_alt") || f[len(f)-1] != "tampered" {
+		t.Fatalf("ses_alt: %v, want the kept SHA-256 %s (not the altered row's %s) and tampered:\n%s", f, hash("ses_alt"), alteredHash, out)
+	}
+	if o, e, code := cli.Exec("support", "play", "ses_alt", "--raw"); code == 0 || o != "" || !strings.Contains(e, "tampered") || !strings.Contains(e, hash("ses_alt")) {
+		t.Fatalf("play ses_alt: exit %d\n%s%s", code, o, e)
+	}
+	cli.Run(0, "support", "play", "ses_good", "--raw")
+
+	var list []struct {
+		SessionID string `json:"sessionId"`
+		Sha256    string `json:"sha256"`
+		Tampered  bool   `json:"tampered"`
+	}
+	js := cli.Run(0, "support", "recordings", "acme", "-o", "json")
+	if err := json.Unmarshal([]byte(js), &list); err != nil {
+		t.Fatalf("%v: %s", err, js)
+	}
+	for _, r := range list {
+		if r.Sha256 != hash(r.SessionID) || r.Tampered != (r.SessionID == "ses_alt") {
+			t.Fatalf("-o json: %+v\n%s", r, js)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -70,5 +71,97 @@ func TestInstallListLeavesTheVendorOut(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "acme" {
 		t.Fatalf("fleet watch: %v, want acme alone", got)
+	}
+}
+
+// A build job runs on the vendor's build agent's install: byoc job list,
+// job get and audit list name it _vendor, as install list --all does (job
+// list used to show its id, "vendor", which audit list also shows for the
+// vendor-wide chain).
+func TestBuildJobsNameTheVendorInstall(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	cli.Run(0, "build", "agent-token")
+	var started struct{ Job struct{ ID string } }
+	out := cli.Run(0, "build", "sync", "registry.example.com/hello:1.0", "--repo", "hello", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &started); err != nil || started.Job.ID == "" {
+		t.Fatalf("build sync -o json: %v\n%s", err, out)
+	}
+	job := started.Job.ID
+
+	row := func(out, first string) []string {
+		t.Helper()
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[0] == first {
+				return f
+			}
+		}
+		t.Fatalf("no row for %s:\n%s", first, out)
+		return nil
+	}
+	list := cli.Run(0, "job", "list")
+	if f := row(list, job); f[1] != "_vendor" {
+		t.Fatalf("job list names the build job's install %q, want _vendor:\n%s", f[1], list)
+	}
+	if got := cli.Run(0, "job", "list", "--install", "_vendor"); !strings.Contains(got, job) {
+		t.Fatalf("job list --install _vendor leaves out %s:\n%s", job, got)
+	}
+	get := cli.Run(0, "job", "get", job)
+	if !regexp.MustCompile(`(?m)^Install:?\s+_vendor$`).MatchString(get) {
+		t.Fatalf("job get does not name the install _vendor:\n%s", get)
+	}
+	audit := cli.Run(0, "audit", "list")
+	var vendorChain, buildChain bool
+	for _, l := range strings.Split(audit, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) < 4:
+		case f[1] == "_vendor" && f[3] == "job.queued":
+			buildChain = true
+		case f[1] == "vendor" && f[3] == "job.queued":
+			t.Fatalf("audit list names the build install's chain vendor, as it names the vendor-wide chain:\n%s", audit)
+		case f[1] == "vendor":
+			vendorChain = true
+		}
+	}
+	if !buildChain || !vendorChain {
+		t.Fatalf("audit list: want the build job's record on _vendor (%v) and vendor-wide records on vendor (%v):\n%s", buildChain, vendorChain, audit)
+	}
+}
+
+// byoc app list leaves out the build agent's reserved app (_vendor);
+// --all lists it, its description saying it is reserved; app get _vendor
+// reads it as install get _vendor does; a new app may not take a name
+// with a leading underscore, and the error says what a name may be.
+func TestAppListLeavesTheVendorOut(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	cli.Run(0, "build", "agent-token")
+
+	if out := cli.Run(0, "app", "list"); strings.Contains(out, "_vendor") || !strings.Contains(out, "shop") {
+		t.Fatalf("app list: want shop alone:\n%s", out)
+	}
+	if out := cli.Run(0, "app", "list", "-o", "json"); strings.Contains(out, "_vendor") {
+		t.Fatalf("app list -o json lists _vendor:\n%s", out)
+	}
+	all := cli.Run(0, "app", "list", "--all")
+	if !regexp.MustCompile(`(?m)^_vendor\s.*\(reserved\)`).MatchString(all) || !strings.Contains(all, "shop") {
+		t.Fatalf("app list --all: want shop and _vendor marked reserved:\n%s", all)
+	}
+	if out := cli.Run(0, "app", "get", "_vendor"); !strings.Contains(out, "_vendor") {
+		t.Fatalf("app get _vendor:\n%s", out)
+	}
+	// install list --all still names the build install's app.
+	ins := cli.Run(0, "install", "list", "--all")
+	if !regexp.MustCompile(`(?m)^_vendor\s+_vendor\s`).MatchString(ins) {
+		t.Fatalf("install list --all: want _vendor of app _vendor:\n%s", ins)
+	}
+	out, errOut, code := cli.Exec("app", "create", "_mine")
+	if code == 0 || !strings.Contains(out+errOut, `"_mine" is not a valid name`) {
+		t.Fatalf("app create _mine: exit %d\n%s%s", code, out, errOut)
 	}
 }

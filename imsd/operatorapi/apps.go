@@ -27,9 +27,13 @@ func (s *Service) CreateApp(ctx context.Context, req *connect.Request[imsv1.Crea
 	return connect.NewResponse(&imsv1.CreateAppResponse{App: appToProto(a)}), nil
 }
 
-// ListApps lists every app.
-func (s *Service) ListApps(ctx context.Context, _ *connect.Request[imsv1.ListAppsRequest]) (*connect.Response[imsv1.ListAppsResponse], error) {
+// ListApps lists every app but the vendor's build agent's reserved one
+// (_vendor), which it lists only when asked for (app list --all).
+func (s *Service) ListApps(ctx context.Context, req *connect.Request[imsv1.ListAppsRequest]) (*connect.Response[imsv1.ListAppsResponse], error) {
 	apps, err := s.store.ListApps(ctx)
+	if err == nil && !req.Msg.IncludeVendor {
+		apps = store.CustomerApps(apps)
+	}
 	if err == nil {
 		apps, err = s.visibleApps(ctx, apps)
 	}

@@ -3,6 +3,8 @@ package operatorapi
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"regexp"
 	"strconv"
@@ -59,7 +61,17 @@ func (s *Service) ListSupportRecordings(ctx context.Context, req *connect.Reques
 	}
 	out := &imsv1.ListSupportRecordingsResponse{}
 	for _, r := range recs {
-		out.Recordings = append(out.Recordings, supportRecordingToProto(r))
+		// The SHA-256 listed is the one play checks (GetSupportRecording):
+		// the audit chain's, with the bytes checked against it here, so
+		// that the list says which recordings play would refuse.
+		kept, err := s.store.SessionRecordingKeptSHA256(ctx, r.InstallID, r.SessionID)
+		if err != nil && !errs.Is(err, errs.NotFound) {
+			return nil, s.err(ctx, err)
+		}
+		p := supportRecordingToProto(r)
+		sum := sha256.Sum256(r.Data)
+		p.Sha256, p.Tampered = kept, kept == "" || hex.EncodeToString(sum[:]) != kept
+		out.Recordings = append(out.Recordings, p)
 	}
 	return connect.NewResponse(out), nil
 }

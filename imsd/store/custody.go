@@ -310,6 +310,15 @@ func (s *Store) SweepRegistryGrants(ctx context.Context, cutoff time.Time) error
 // install, which is no customer's.
 func (in Install) IsVendor() bool { return in.ID == VendorInstallID }
 
+// IsVendor reports whether a is the vendor's build agent's reserved app.
+func (a App) IsVendor() bool { return a.ID == VendorAppID }
+
+// CustomerApps is apps without the vendor's reserved app: what app list
+// shows unless asked for it.
+func CustomerApps(apps []App) []App {
+	return slices.DeleteFunc(apps, App.IsVendor)
+}
+
 // CustomerInstalls is ins without the vendor's reserved install: what
 // install lists, the fleet view and release targeting work on.
 func CustomerInstalls(ins []Install) []Install {

@@ -285,7 +285,16 @@ var ErrUnsigned = ocisign.ErrUnsigned
 // repo and returns the signing key's id. A release with none is refused
 // (ErrUnsigned), naming the keys its signatures were made with.
 func Verify(ctx context.Context, repo *ocicopy.Repo, m *Manifest, trusted []ed25519.PublicKey) (string, error) {
-	return ocisign.Verify(ctx, repo, m.Descriptor, m.Type, m.Version, "plugin "+m.Type+" "+m.Version, trusted)
+	return ocisign.Verify(ctx, repo, m.Descriptor, m.Type, m.Version, m.what(), trusted)
+}
+
+// what names the release in errors: "plugin terraform 1.2.0", or "agent
+// release 1.5.0" for an agent release (ReadAgent's), which is no plugin.
+func (m *Manifest) what() string {
+	if m.Type == AgentType {
+		return "agent release " + m.Version
+	}
+	return "plugin " + m.Type + " " + m.Version
 }
 
 // FetchBinary reads the release's binary for platform p, checked against
@@ -293,15 +302,15 @@ func Verify(ctx context.Context, repo *ocicopy.Repo, m *Manifest, trusted []ed25
 func FetchBinary(ctx context.Context, repo *ocicopy.Repo, m *Manifest, p string) ([]byte, error) {
 	l, ok := m.Layers[p]
 	if !ok {
-		return nil, fmt.Errorf("plugin %s %s (%s) has no binary for %s; it has: %s",
-			m.Type, m.Version, m.Descriptor.Digest, p, strings.Join(m.Platforms(), ", "))
+		return nil, fmt.Errorf("%s (%s) has no binary for %s; it has: %s",
+			m.what(), m.Descriptor.Digest, p, strings.Join(m.Platforms(), ", "))
 	}
 	if l.Size > maxBinaryBytes {
-		return nil, fmt.Errorf("plugin %s %s: the %s binary is %d bytes; at most %d are allowed", m.Type, m.Version, p, l.Size, maxBinaryBytes)
+		return nil, fmt.Errorf("%s: the %s binary is %d bytes; at most %d are allowed", m.what(), p, l.Size, maxBinaryBytes)
 	}
 	b, err := content.FetchAll(ctx, repo, l)
 	if err != nil {
-		return nil, fmt.Errorf("plugin %s %s (%s): the %s binary %s: %w", m.Type, m.Version, m.Descriptor.Digest, p, l.Digest, err)
+		return nil, fmt.Errorf("%s (%s): the %s binary %s: %w", m.what(), m.Descriptor.Digest, p, l.Digest, err)
 	}
 	return b, nil
 }

@@ -54,9 +54,9 @@ func (a *app) appCreateCommand() *cobra.Command {
 }
 
 func (a *app) appListCommand() *cobra.Command {
-	var watch bool
+	var watch, all bool
 	cmd := &cobra.Command{
-		Use:     "list [--watch]",
+		Use:     "list [--all] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List apps",
 		Args:    noArgs,
@@ -68,7 +68,7 @@ func (a *app) appListCommand() *cobra.Command {
 			return runList(cmd.Context(), a, watch, listing[*imsv1.App]{
 				noun: "apps", empty: "No apps; create one with: byoc app create NAME",
 				fetch: func(ctx context.Context) ([]*imsv1.App, error) {
-					res, err := c.ListApps(ctx, connect.NewRequest(&imsv1.ListAppsRequest{}))
+					res, err := c.ListApps(ctx, connect.NewRequest(&imsv1.ListAppsRequest{IncludeVendor: all}))
 					if err != nil {
 						return nil, c.wrap(err)
 					}
@@ -82,6 +82,7 @@ func (a *app) appListCommand() *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&all, "all", false, "also list the vendor's build agent's reserved app (_vendor), left out otherwise")
 	watchFlag(cmd, &watch, "each app again as it changes (new apps too)")
 	return cmd
 }

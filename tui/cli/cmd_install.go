@@ -219,10 +219,11 @@ func heard(now time.Time, ag *imsv1.AgentStatus) string {
 }
 
 // appNames maps app ids to names for a table; an app it cannot list keeps
-// its id (a table is still worth printing).
+// its id (a table is still worth printing). It names the vendor's build
+// agent's app too (_vendor), for install list --all.
 func (a *app) appNames(ctx context.Context, c *client) map[string]string {
 	names := map[string]string{}
-	res, err := c.ListApps(ctx, connect.NewRequest(&imsv1.ListAppsRequest{}))
+	res, err := c.ListApps(ctx, connect.NewRequest(&imsv1.ListAppsRequest{IncludeVendor: true}))
 	if err != nil {
 		return names
 	}
@@ -254,10 +255,13 @@ func (a *app) installName(ctx context.Context, c *client, id string) string {
 	return res.Msg.GetInstall().GetName()
 }
 
-// installNames maps install ids to names for a table, like appNames.
+// installNames maps install ids to names for a table, like appNames. It
+// names the vendor's build agent's install too (_vendor), which install
+// list leaves out: build jobs and the build install's audit chain are
+// shown by its name, as job get and install list --all show it.
 func (a *app) installNames(ctx context.Context, c *client) map[string]string {
 	names := map[string]string{}
-	res, err := c.ListInstalls(ctx, connect.NewRequest(&imsv1.ListInstallsRequest{}))
+	res, err := c.ListInstalls(ctx, connect.NewRequest(&imsv1.ListInstallsRequest{IncludeVendor: true}))
 	if err != nil {
 		return names
 	}

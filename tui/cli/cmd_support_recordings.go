@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -23,9 +24,12 @@ func (a *app) supportRecordingsCommand() *cobra.Command {
 		Long: `List the recordings imsd keeps of INSTALL's support sessions: only those the
 customer's agent sent (agentd --session-recordings-to-vendor; off by
 default; the customer always keeps its own, agentd session list). Each
-shows its session id, operator, start, end, size and the SHA-256 imsd
-computed when it kept it. Needs the break-glass permission (support,
-admin) on the install, as a support shell does.`,
+shows its session id, operator, start, end, size, the SHA-256 imsd
+computed when it kept it, as the install's audit chain recorded it (what
+byoc support play checks the bytes against), and CHECK: ok, or tampered
+when the kept bytes do not match it (play refuses those). Needs the
+break-glass permission (support, admin) on the install, as a support
+shell does.`,
 		Example: `  byoc support recordings acme
   byoc support play ses_…`,
 		Args: exactArgs("INSTALL"),
@@ -46,7 +50,7 @@ admin) on the install, as a support shell does.`,
 				fmt.Fprintf(a.stderr, "No recordings of %s's support sessions are kept: its customer keeps them (agentd session list) unless its agent runs with --session-recordings-to-vendor.\n", args[0])
 				return nil
 			}
-			t := newTable(a.stdout, "ID", "OPERATOR", "STARTED", "ENDED", "SIZE", "SHA-256")
+			t := newTable(a.stdout, "ID", "OPERATOR", "STARTED", "ENDED", "SIZE", "SHA-256", "CHECK")
 			when := func(ts *timestamppb.Timestamp) string {
 				if ts == nil {
 					return "-"
@@ -58,8 +62,12 @@ admin) on the install, as a support shell does.`,
 				if op == "" {
 					op = "-"
 				}
+				check := "ok"
+				if r.GetTampered() {
+					check = "tampered"
+				}
 				t.row(r.GetSessionId(), op, when(r.GetStartTime()), when(r.GetEndTime()),
-					strconv.FormatInt(r.GetSize(), 10), r.GetSha256())
+					strconv.FormatInt(r.GetSize(), 10), cmp.Or(r.GetSha256(), "-"), check)
 			}
 			return t.flush()
 		},

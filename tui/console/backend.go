@@ -84,6 +84,13 @@ type jobsMsg struct {
 	err  error
 }
 
+// installNameMsg answers an install's look-up by id on conn
+// (nameInstalls); name is "" when it failed.
+type installNameMsg struct {
+	conn     *Conn
+	id, name string
+}
+
 // jobMsg answers a job read.
 type jobMsg struct {
 	gen int
@@ -254,6 +261,16 @@ func listJobs(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int
 			return jobsMsg{gen: gen, err: err}
 		}
 		return jobsMsg{gen: gen, jobs: r.Msg.Jobs}
+	}
+}
+
+func installName(ctx context.Context, conn *Conn, id string) tea.Cmd {
+	return func() tea.Msg {
+		r, err := conn.Client.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: id}))
+		if err != nil {
+			return installNameMsg{conn: conn, id: id}
+		}
+		return installNameMsg{conn: conn, id: id, name: r.Msg.GetInstall().GetName()}
 	}
 }
 

@@ -1,11 +1,13 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -2003,5 +2005,59 @@ func TestSaveLogAndCopyID(t *testing.T) {
 	mustContain(t, screen(m), "copied job id "+j.Id+" to the clipboard (OSC 52)")
 	if got := runCmd(cmd, func(tea.Msg) bool { return true }); fmt.Sprintf("%v", got) != j.Id {
 		t.Fatalf("c sends %v to the clipboard, want %s", got, j.Id)
+	}
+}
+
+// vendorInstall answers GetInstall for the vendor's build agent's
+// install, which the fleet watch leaves out.
+type vendorInstall struct {
+	imsv1connect.UnimplementedOperatorServiceHandler
+}
+
+func (vendorInstall) GetInstall(_ context.Context, req *connect.Request[imsv1.GetInstallRequest]) (*connect.Response[imsv1.GetInstallResponse], error) {
+	if req.Msg.GetIdOrName() != "vendor" {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("no such install"))
+	}
+	return connect.NewResponse(&imsv1.GetInstallResponse{Install: &imsv1.Install{Id: "vendor", Name: "_vendor", AppId: "vendor"}}), nil
+}
+
+// A build job runs on the vendor's build agent's install, which is not in
+// the fleet: the jobs table and the job's log view name it _vendor, as
+// byoc job list and job get do, not by its id "vendor".
+func TestJobsNameTheVendorInstall(t *testing.T) {
+	_, h := imsv1connect.NewOperatorServiceHandler(vendorInstall{})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	m := newTestModel(t, Options{Conn: &Conn{Context: "prod", Server: srv.URL,
+		Client: imsv1connect.NewOperatorServiceClient(srv.Client(), srv.URL)}})
+	feed(m, snapshot())
+	press(m, ":", "jobs", "enter")
+	build := &imsv1.Job{Id: "job_build", InstallId: "vendor", ComponentType: "build", Operation: "apply",
+		State: imsv1.JobState_JOB_STATE_QUEUED, Attempt: 1, MaxAttempts: 3, CreateTime: timestamppb.New(clock.Add(-time.Minute)), CreatedBy: "admin"}
+	_, cmd := m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: append(jobs(), build)})
+	settle(m, cmd)
+	s := screen(m)
+	if !screenLine(s, "job_build", "_vendor", "build apply") {
+		t.Fatalf("the build job's row does not name _vendor:\n%s", s)
+	}
+	mustContain(t, s, "job_run")
+}
+
+// settle runs cmd (and the commands a batch holds) and gives m each
+// message they return; it runs no ticks (they would wait).
+func settle(m *Model, cmd tea.Cmd) {
+	if cmd == nil {
+		return
+	}
+	msg := cmd()
+	if b, ok := msg.(tea.BatchMsg); ok {
+		for _, c := range b {
+			settle(m, c)
+		}
+		return
+	}
+	if msg != nil {
+		_, next := m.Update(msg)
+		settle(m, next)
 	}
 }

@@ -154,7 +154,7 @@ func New(ctx context.Context, opts Options) (*Model, error) {
 	st := newStyles(th)
 	hints.Styles.ShortKey, hints.Styles.ShortDesc, hints.Styles.ShortSeparator = st.muted, st.muted, st.muted
 	m := &Model{env: &env{opts: opts, km: km, st: st, ctx: ctx, conn: opts.Conn,
-		now: opts.Now(), fleet: newFleet()}, w: 80, h: 24, input: in, hints: hints}
+		now: opts.Now(), fleet: newFleet(), names: map[string]string{}}, w: 80, h: 24, input: in, hints: hints}
 	m.nav = m
 	m.stack = []view{newFleetView(m.env)}
 	if err := m.bindKeys(m.deniedHere()); err != nil {
@@ -360,6 +360,7 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 		m.actionGen, m.cancelGen, m.shellGen = 0, 0, 0
 		m.bg = bgState{}
 		m.fleet = newFleet()
+		m.names = map[string]string{}
 		m.offline = nil
 		m.setStatus(false, "switched to context %s (%s)", msg.conn.Context, msg.conn.Server)
 		return tea.Batch(m.reset(newFleetView(m.env)), m.startWatch())
@@ -413,6 +414,19 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 	}
 	// Results for a view: each view checks its own generation.
 	var cmds []tea.Cmd
+	switch msg := msg.(type) {
+	case jobsMsg:
+		cmds = append(cmds, m.nameInstalls(msg.jobs...))
+	case jobMsg:
+		if msg.job != nil {
+			cmds = append(cmds, m.nameInstalls(msg.job))
+		}
+	case installNameMsg:
+		if msg.conn == m.conn { // not an answer from a previous context
+			m.names[msg.id] = msg.name
+		}
+		return nil
+	}
 	for _, v := range m.stack {
 		cmds = append(cmds, v.Update(msg))
 	}
@@ -984,4 +998,23 @@ func newStyles(t Theme) styles {
 		selected: lipgloss.NewStyle().Background(t.Selected).Bold(true),
 		match:    lipgloss.NewStyle().Reverse(true),
 	}
+}
+
+// nameInstalls looks up the names of the installs of jobs that are not in
+// the fleet, once each: the vendor's build agent's install (_vendor),
+// whose build jobs the jobs view lists, or an install deleted since.
+func (m *Model) nameInstalls(jobs ...*imsv1.Job) tea.Cmd {
+	if m.conn == nil || m.conn.Client == nil {
+		return nil
+	}
+	var cmds []tea.Cmd
+	for _, j := range jobs {
+		id := j.GetInstallId()
+		if _, ok := m.names[id]; ok || id == "" || m.fleet.byID[id] != nil {
+			continue
+		}
+		m.names[id] = ""
+		cmds = append(cmds, installName(m.ctx, m.conn, id))
+	}
+	return tea.Batch(cmds...)
 }

@@ -126,12 +126,16 @@ type nav interface {
 // connection, key map, styles, options, clock and the fleet, which only the
 // console changes, and nav for what a view asks of the console.
 type env struct {
-	ctx     context.Context
-	conn    *Conn
-	km      *KeyMap
-	st      styles
-	opts    Options
-	fleet   *fleet
+	ctx   context.Context
+	conn  *Conn
+	km    *KeyMap
+	st    styles
+	opts  Options
+	fleet *fleet
+	// names maps the ids of installs outside the fleet that jobs name to
+	// their names, "" while or after looking one up in vain
+	// (nameInstalls).
+	names   map[string]string
 	now     time.Time
 	offline error // the fleet watch's last failure, nil while it delivers
 	gen     int   // last generation handed out
@@ -141,9 +145,15 @@ type env struct {
 // nextGen hands out a new request generation.
 func (e *env) nextGen() int { e.gen++; return e.gen }
 
+// installName is the name of the install with this id: from the fleet,
+// else from names (the vendor's build agent's install, which the fleet
+// watch leaves out, runs build jobs), else the id.
 func (e *env) installName(id string) string {
 	if s := e.fleet.byID[id]; s != nil {
 		return s.Install.Name
+	}
+	if n := e.names[id]; n != "" {
+		return n
 	}
 	return id
 }

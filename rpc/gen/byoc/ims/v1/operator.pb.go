@@ -1220,7 +1220,10 @@ func (x *CreateAppResponse) GetApp() *App {
 }
 
 type ListAppsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// include_vendor also lists the vendor's build agent's reserved app
+	// (_vendor), which is no customer's and is left out otherwise.
+	IncludeVendor bool `protobuf:"varint,1,opt,name=include_vendor,json=includeVendor,proto3" json:"include_vendor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1253,6 +1256,13 @@ func (x *ListAppsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListAppsRequest.ProtoReflect.Descriptor instead.
 func (*ListAppsRequest) Descriptor() ([]byte, []int) {
 	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListAppsRequest) GetIncludeVendor() bool {
+	if x != nil {
+		return x.IncludeVendor
+	}
+	return false
 }
 
 type ListAppsResponse struct {
@@ -9125,8 +9135,17 @@ type SupportRecording struct {
 	EndTime   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// size is the recording's length in bytes.
 	Size int64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
-	// sha256 is the hex SHA-256 imsd computed when it kept the recording.
-	Sha256        string `protobuf:"bytes,8,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// sha256 is the hex SHA-256 imsd computed when it kept the recording,
+	// as the install's audit chain recorded it (its
+	// support.session.recording_kept record): what byoc support play checks
+	// the bytes against, not the kept row's own column, which whoever
+	// alters the bytes can alter too. Empty when the chain has no such
+	// record.
+	Sha256 string `protobuf:"bytes,8,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// tampered is set, in a listing, when the kept bytes do not match
+	// sha256 (or the chain has no record of keeping them): byoc support
+	// play refuses the recording.
+	Tampered      bool `protobuf:"varint,9,opt,name=tampered,proto3" json:"tampered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -9215,6 +9234,13 @@ func (x *SupportRecording) GetSha256() string {
 		return x.Sha256
 	}
 	return ""
+}
+
+func (x *SupportRecording) GetTampered() bool {
+	if x != nil {
+		return x.Tampered
+	}
+	return false
 }
 
 type ListSupportRecordingsRequest struct {
@@ -9882,8 +9908,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"7\n" +
 	"\x11CreateAppResponse\x12\"\n" +
-	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\x11\n" +
-	"\x0fListAppsRequest\"8\n" +
+	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"8\n" +
+	"\x0fListAppsRequest\x12%\n" +
+	"\x0einclude_vendor\x18\x01 \x01(\bR\rincludeVendor\"8\n" +
 	"\x10ListAppsResponse\x12$\n" +
 	"\x04apps\x18\x01 \x03(\v2\x10.byoc.ims.v1.AppR\x04apps\"-\n" +
 	"\rGetAppRequest\x12\x1c\n" +
@@ -10536,7 +10563,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04args\x18\x02 \x03(\v2..byoc.ims.v1.RunDebugCommandResponse.ArgsEntryR\x04args\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x02\n" +
 	"\x10SupportRecording\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -10548,7 +10575,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x12\n" +
 	"\x04size\x18\a \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\b \x01(\tR\x06sha256\"8\n" +
+	"\x06sha256\x18\b \x01(\tR\x06sha256\x12\x1a\n" +
+	"\btampered\x18\t \x01(\bR\btampered\"8\n" +
 	"\x1cListSupportRecordingsRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\"^\n" +
 	"\x1dListSupportRecordingsResponse\x12=\n" +
