@@ -165,3 +165,38 @@ func TestAppListLeavesTheVendorOut(t *testing.T) {
 		t.Fatalf("app create _mine: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// The build agent runs build jobs only and an install's agent never one:
+// imsd refuses either at enqueue, naming the field, and queues nothing
+// (before, an action job on _vendor waited for the build agent, which has
+// no action type, and a build job on a customer's install for its agent).
+func TestVendorInstallRunsBuildJobsOnly(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	cli.Run(0, "build", "agent-token")
+	ctx := context.Background()
+	for _, tt := range []struct{ install, typ, want string }{
+		{"_vendor", "action", `install: "_vendor" is the vendor's build install: its agent runs build jobs only (byoc build), not "action" jobs`},
+		{"acme", "build", `component_type: build jobs run on the vendor's build agent only (byoc build), not on install "acme"`},
+	} {
+		_, err := ims.Admin().EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{Install: tt.install, ComponentType: tt.typ, Operation: "apply"}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("enqueue %s on %s: %v, want invalid argument %q", tt.typ, tt.install, err, tt.want)
+		}
+		_, err = ims.Admin().EnqueueJobs(ctx, connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: []*imsv1.EnqueueJobRequest{
+			{Install: "acme", ComponentType: "action", Operation: "apply"},
+			{Install: tt.install, ComponentType: tt.typ, Operation: "apply"}}}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("enqueue a batch with %s on %s: %v, want invalid argument %q", tt.typ, tt.install, err, tt.want)
+		}
+	}
+	r, err := ims.Admin().ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Msg.Jobs) != 0 {
+		t.Errorf("%d jobs queued, want none", len(r.Msg.Jobs))
+	}
+}

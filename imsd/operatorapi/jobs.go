@@ -255,6 +255,15 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 	if err != nil {
 		return store.Job{}, err
 	}
+	// The build agent runs build jobs only, and an install's agent never
+	// one (each would refuse it): say so here, before a job waits for
+	// an agent that will not run it.
+	switch {
+	case installID == store.VendorInstallID && m.ComponentType != store.BuildType:
+		return store.Job{}, errs.Field("install", "%q is the vendor's build install: its agent runs build jobs only (byoc build), not %q jobs", m.Install, m.ComponentType)
+	case installID != store.VendorInstallID && m.ComponentType == store.BuildType:
+		return store.Job{}, errs.Field("component_type", "build jobs run on the vendor's build agent only (byoc build), not on install %q", m.Install)
+	}
 	now := s.now()
 	return store.Job{
 		ID:            auth.NewSortableID("job_", now),
