@@ -199,4 +199,27 @@ func TestVendorInstallRunsBuildJobsOnly(t *testing.T) {
 	if len(r.Msg.Jobs) != 0 {
 		t.Errorf("%d jobs queued, want none", len(r.Msg.Jobs))
 	}
+	// Nor another install of the reserved app, which install list would
+	// hide as it hides the build install.
+	_, err = ims.Admin().CreateInstall(ctx, connect.NewRequest(&imsv1.CreateInstallRequest{App: "_vendor", Name: "hidden"}))
+	if want := `app: "_vendor" is reserved for the vendor's build install`; connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), want) {
+		t.Errorf("install create in _vendor: %v, want invalid argument %q", err, want)
+	}
+	if out := cli.Run(0, "install", "list", "--all", "-o", "json"); strings.Contains(out, "hidden") {
+		t.Errorf("an install was made in the reserved app:\n%s", out)
+	}
+	// Nor a revision of it (the app config's name rule refuses the
+	// leading underscore), whose deploy would send the build agent jobs
+	// it has no type for.
+	_, err = ims.Admin().PushAppRevision(ctx, connect.NewRequest(&imsv1.PushAppRevisionRequest{Files: []*imsv1.AppFile{
+		{Path: "app.toml", Content: []byte("name = \"_vendor\"\n")},
+		{Path: "components/db.toml", Content: []byte("type = \"action\"\n[config]\nsteps = [{ name = \"db\", script = \"true\" }]\n")},
+	}}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("push of an app named _vendor: %v, want invalid argument", err)
+	}
+	revs, err := ims.Admin().ListAppRevisions(ctx, connect.NewRequest(&imsv1.ListAppRevisionsRequest{App: "_vendor"}))
+	if err != nil || len(revs.Msg.Revisions) != 0 {
+		t.Errorf("revisions of _vendor: %v, %v; want none", revs, err)
+	}
 }

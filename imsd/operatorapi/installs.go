@@ -39,6 +39,11 @@ func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	if app.IsVendor() {
+		// Its one install is the build agent's (byoc build agent-token);
+		// another would be hidden from install list like it.
+		return nil, s.err(ctx, errs.Field("app", "%q is reserved for the vendor's build install; create installs of your own apps", m.App))
+	}
 	now := s.now()
 	in := store.Install{ID: auth.NewID("ins_"), AppID: app.ID, Name: m.Name, Inputs: m.Inputs, Labels: m.Labels, CreatedAt: now}
 	if in.Inputs == nil {
