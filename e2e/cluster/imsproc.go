@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -78,15 +80,66 @@ func (p *IMSProcess) readToken() {
 	p.Token = strings.TrimSpace(string(b))
 }
 
-// FreeAddr returns a loopback address with a port free a moment ago.
+// FreeAddr returns a loopback address with a port free a moment ago,
+// below the kernel's range of ephemeral ports: a process restarted on
+// the same address (imsd after kill -9) found its port taken for good by
+// another process's outgoing connection, which the kernel had given that
+// port while it was free (e2e/fault seed 1 in CI: "bind: address already
+// in use" for 40 s). Ports this process handed out are not handed out
+// again; without room below the range it falls back to port 0.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
+	lo, _ := ephemeralPorts()
+	if lo > freeAddrLow+1000 {
+		freeAddrMu.Lock()
+		defer freeAddrMu.Unlock()
+		for range 200 {
+			port := freeAddrLow + rand.IntN(lo-freeAddrLow)
+			if freeAddrGiven[port] {
+				continue
+			}
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				continue
+			}
+			ln.Close()
+			freeAddrGiven[port] = true
+			return ln.Addr().String()
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// freeAddrLow is the lowest port FreeAddr picks: above the ports
+// services commonly take.
+const freeAddrLow = 20000
+
+var (
+	freeAddrMu    sync.Mutex
+	freeAddrGiven = map[int]bool{}
+)
+
+// ephemeralPorts reads the kernel's range of ports for outgoing
+// connections (Linux's default when it cannot be read).
+func ephemeralPorts() (lo, hi int) {
+	lo, hi = 32768, 60999
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	if f := strings.Fields(string(b)); len(f) == 2 {
+		l, err1 := strconv.Atoi(f[0])
+		h, err2 := strconv.Atoi(f[1])
+		if err1 == nil && err2 == nil {
+			return l, h
+		}
+	}
+	return lo, hi
 }
 
 // URL is imsd's base URL.
