@@ -20,10 +20,7 @@ import (
 // install get _vendor still reads it.
 func TestInstallListLeavesTheVendorOut(t *testing.T) {
 	skipShort(t)
-	ims := cluster.StartIMS(t, fast)
-	cli := cluster.NewCLI(t, ims)
-	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
-	cli.Run(0, "build", "agent-token")
+	ims, cli := vendorWorld(t)
 
 	names := func(args ...string) string {
 		t.Helper()
@@ -80,10 +77,7 @@ func TestInstallListLeavesTheVendorOut(t *testing.T) {
 // vendor-wide chain).
 func TestBuildJobsNameTheVendorInstall(t *testing.T) {
 	skipShort(t)
-	ims := cluster.StartIMS(t, fast)
-	cli := cluster.NewCLI(t, ims)
-	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
-	cli.Run(0, "build", "agent-token")
+	_, cli := vendorWorld(t)
 	var started struct{ Job struct{ ID string } }
 	out := cli.Run(0, "build", "sync", "registry.example.com/hello:1.0", "--repo", "hello", "-o", "json")
 	if err := json.Unmarshal([]byte(out), &started); err != nil || started.Job.ID == "" {
@@ -137,10 +131,7 @@ func TestBuildJobsNameTheVendorInstall(t *testing.T) {
 // with a leading underscore, and the error says what a name may be.
 func TestAppListLeavesTheVendorOut(t *testing.T) {
 	skipShort(t)
-	ims := cluster.StartIMS(t, fast)
-	cli := cluster.NewCLI(t, ims)
-	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
-	cli.Run(0, "build", "agent-token")
+	_, cli := vendorWorld(t)
 
 	if out := cli.Run(0, "app", "list"); strings.Contains(out, "_vendor") || !strings.Contains(out, "shop") {
 		t.Fatalf("app list: want shop alone:\n%s", out)
@@ -172,10 +163,7 @@ func TestAppListLeavesTheVendorOut(t *testing.T) {
 // no action type, and a build job on a customer's install for its agent).
 func TestVendorInstallRunsBuildJobsOnly(t *testing.T) {
 	skipShort(t)
-	ims := cluster.StartIMS(t, fast)
-	cli := cluster.NewCLI(t, ims)
-	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
-	cli.Run(0, "build", "agent-token")
+	ims, cli := vendorWorld(t)
 	ctx := context.Background()
 	for _, tt := range []struct{ install, typ, want string }{
 		{"_vendor", "action", `install: "_vendor" is the vendor's build install: its agent runs build jobs only (byoc build), not "action" jobs`},
@@ -222,4 +210,16 @@ func TestVendorInstallRunsBuildJobsOnly(t *testing.T) {
 	if err != nil || len(revs.Msg.Revisions) != 0 {
 		t.Errorf("revisions of _vendor: %v, %v; want none", revs, err)
 	}
+}
+
+// vendorWorld starts imsd with app shop's install acme and the build
+// agent's reserved install (_vendor, made with the first build agent
+// token).
+func vendorWorld(t *testing.T) (*cluster.IMS, *cluster.CLI) {
+	t.Helper()
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	cli.Run(0, "build", "agent-token")
+	return ims, cli
 }

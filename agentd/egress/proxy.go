@@ -87,7 +87,7 @@ type Proxy struct {
 }
 
 // ErrNotLive wraps Live's error: the proxy sends nothing more.
-var ErrNotLive = errors.New("the proxy sends nothing more for this sandbox")
+var ErrNotLive = errors.New("sending nothing more for this job")
 
 // live asks Live.
 func (p *Proxy) live() error {

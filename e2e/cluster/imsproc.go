@@ -89,7 +89,7 @@ func (p *IMSProcess) readToken() {
 // again; without room below the range it falls back to port 0.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
-	lo, _ := ephemeralPorts()
+	lo := ephemeralLow()
 	if lo > freeAddrLow+1000 {
 		freeAddrMu.Lock()
 		defer freeAddrMu.Unlock()
@@ -124,22 +124,18 @@ var (
 	freeAddrGiven = map[int]bool{}
 )
 
-// ephemeralPorts reads the kernel's range of ports for outgoing
-// connections (Linux's default when it cannot be read).
-func ephemeralPorts() (lo, hi int) {
-	lo, hi = 32768, 60999
+// ephemeralLow is where the kernel's range of ports for outgoing
+// connections starts (Linux's default when it cannot be read).
+func ephemeralLow() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return lo, hi
-	}
-	if f := strings.Fields(string(b)); len(f) == 2 {
-		l, err1 := strconv.Atoi(f[0])
-		h, err2 := strconv.Atoi(f[1])
-		if err1 == nil && err2 == nil {
-			return l, h
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil {
+				return lo
+			}
 		}
 	}
-	return lo, hi
+	return 32768
 }
 
 // URL is imsd's base URL.
