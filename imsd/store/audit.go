@@ -99,6 +99,10 @@ func (s *Store) withAudit(fn func(tx *txn) error) func(tx *txn) error {
 		}
 		heads, err := s.flushAudit(tx)
 		tx.audit = tx.audit[:0]
+		if err == nil && tx.pgHeld != nil {
+			// The cache's, once the transaction commits (writeTx).
+			tx.pgNew = append(tx.pgNew, heads...)
+		}
 		if err == nil && tx.heads != nil {
 			// Kept for the batch's commit; a write that fails (or is
 			// rolled back to its savepoint) never gets here.
@@ -144,13 +148,24 @@ func (s *Store) head(ctx context.Context, tx *txn, chain string, cached bool) (*
 // and returns the chains' new heads. On PostgreSQL each chain's head is
 // locked first (a transaction-scoped advisory lock), in that order, after
 // every row lock the write took, so two writers never wait on each other
-// in a cycle; on SQLite the single writer already excludes every other,
-// and the head comes from its cache (read again if another process on
-// the same file appended meanwhile: the cached next seq is then taken).
+// in a cycle, and the stripes of the heads' cache are held until the
+// transaction ends (pgheads.go; writeTx releases them). On SQLite the
+// single writer already excludes every other, and the head comes from
+// its cache (read again if another process on the same file appended
+// meanwhile: the cached next seq is then taken).
 func (s *Store) flushAudit(tx *txn) ([]chainHead, error) {
 	ctx := tx.c(context.Background())
 	evs := tx.audit
 	slices.SortStableFunc(evs, func(a, b pendingAudit) int { return strings.Compare(a.rec.Chain, b.rec.Chain) })
+	if s.postgres() && tx.pgHeld == nil {
+		chains := make([]string, 0, 2)
+		for _, ev := range evs {
+			if len(chains) == 0 || chains[len(chains)-1] != ev.rec.Chain {
+				chains = append(chains, ev.rec.Chain)
+			}
+		}
+		tx.pgHeld = s.pgh.lock(chains)
+	}
 	var heads []chainHead
 	for i := 0; i < len(evs); {
 		chain := evs[i].rec.Chain
@@ -159,42 +174,68 @@ func (s *Store) flushAudit(tx *txn) ([]chainHead, error) {
 			j++
 		}
 		var head *auditchain.Record
+		var err error
 		if s.postgres() {
-			// The chain's lock, then its head (migration 33).
-			var seq sql.NullInt64
-			var hash sql.NullString
-			if err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM byoc_audit_heads(ARRAY[$1::TEXT])`, chain).Scan(&seq, &hash); err != nil {
-				return nil, fmt.Errorf("audit: lock and read chain %q: %w", chain, err)
-			}
-			if seq.Valid && hash.Valid {
-				head = &auditchain.Record{Seq: seq.Int64, Hash: hash.String}
-			}
+			head, err = s.appendPG(ctx, tx, chain, evs[i:j])
 		} else {
-			var err error
-			if head, err = s.head(ctx, tx, chain, true); err != nil {
-				return nil, err
-			}
+			head, err = s.appendSQLite(ctx, tx, chain, evs[i:j])
 		}
-		for k := i; k < j; k++ {
-			r := auditchain.Next(head, evs[k].rec)
-			err := s.insertAudit(ctx, tx, r)
-			if isUnique(err) && k == i && tx.g != nil {
-				// A stale cache: read the head and try once more.
-				if head, err = s.head(ctx, tx, chain, false); err != nil {
-					return nil, err
-				}
-				r = auditchain.Next(head, evs[k].rec)
-				err = s.insertAudit(ctx, tx, r)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("audit: append %s to chain %q: %w", r.Kind, chain, err)
-			}
-			head = &r
+		if err != nil {
+			return nil, err
 		}
 		heads = append(heads, chainHead{chain: chain, seq: head.Seq, hash: head.Hash})
 		i = j
 	}
 	return heads, nil
+}
+
+// appendPG appends evs to chain on PostgreSQL and returns its new head:
+// the chain's lock, then its head (migration 33), then the records. Every
+// appender takes the lock, the group commit's from its cached heads too
+// (pgwriter.go), so the head read under it is the chain's last.
+func (s *Store) appendPG(ctx context.Context, tx *txn, chain string, evs []pendingAudit) (*auditchain.Record, error) {
+	var seq sql.NullInt64
+	var hash sql.NullString
+	if err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM byoc_audit_heads(ARRAY[$1::TEXT])`, chain).Scan(&seq, &hash); err != nil {
+		return nil, fmt.Errorf("audit: lock and read chain %q: %w", chain, err)
+	}
+	var head *auditchain.Record
+	if seq.Valid && hash.Valid {
+		head = &auditchain.Record{Seq: seq.Int64, Hash: hash.String}
+	}
+	for _, ev := range evs {
+		r := auditchain.Next(head, ev.rec)
+		if err := s.insertAudit(ctx, tx, r); err != nil {
+			return nil, fmt.Errorf("audit: append %s to chain %q: %w", r.Kind, chain, err)
+		}
+		head = &r
+	}
+	return head, nil
+}
+
+// appendSQLite appends evs to chain on SQLite and returns its new head.
+func (s *Store) appendSQLite(ctx context.Context, tx *txn, chain string, evs []pendingAudit) (*auditchain.Record, error) {
+	head, err := s.head(ctx, tx, chain, true)
+	if err != nil {
+		return nil, err
+	}
+	for k, ev := range evs {
+		r := auditchain.Next(head, ev.rec)
+		err := s.insertAudit(ctx, tx, r)
+		if isUnique(err) && k == 0 && tx.g != nil {
+			// A stale cache: read the head and try once more.
+			if head, err = s.head(ctx, tx, chain, false); err != nil {
+				return nil, err
+			}
+			r = auditchain.Next(head, ev.rec)
+			err = s.insertAudit(ctx, tx, r)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("audit: append %s to chain %q: %w", r.Kind, chain, err)
+		}
+		head = &r
+	}
+	return head, nil
 }
 
 // chainAudit gives tx's queued events their seq, prev and hash, from the

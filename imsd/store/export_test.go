@@ -28,3 +28,16 @@ func HoldPool(ctx context.Context, s *Store) (release func(), err error) {
 	}
 	return release, nil
 }
+
+// AuditOwnTx appends ev in a write of its own (flushAudit), not the
+// group commit's (RecordAudit).
+func AuditOwnTx(ctx context.Context, s *Store, ev AuditEvent) error {
+	return s.write(ctx, "test audit", func(tx *txn) error { return s.Audit(ctx, tx, ev) })
+}
+
+// AuditHeadsCache reports how many heads s's PostgreSQL cache holds, how
+// many times the group commit took one, and how many batches ran again
+// for a stale one.
+func AuditHeadsCache(s *Store) (held int, hits, stale int64) {
+	return s.pgh.len(), s.pgh.hits.Load(), s.pgh.stale.Load()
+}

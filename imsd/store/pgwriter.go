@@ -220,13 +220,19 @@ func (g *pgGroupCommit) try(batch []*writeReq, mayRetry bool) (again []*writeReq
 		tx.Rollback() //nolint:errcheck
 		return nil, false
 	}
-	err = g.flush(t, b)
+	// The last try reads every head under its lock: a head another
+	// replica keeps moving cannot fail it.
+	held, heads, err := g.flush(t, b, mayRetry)
 	if err == nil {
 		err = tx.Commit()
 	} else {
 		tx.Rollback() //nolint:errcheck
 	}
-	if err != nil && mayRetry && retryable(err) {
+	held.release(err == nil, heads)
+	if err != nil && staleHead(err) {
+		g.s.pgh.stale.Add(1)
+	}
+	if err != nil && mayRetry && (retryable(err) || staleHead(err)) {
 		return done, true
 	}
 	for _, r := range done {
@@ -255,11 +261,15 @@ func retryable(err error) bool {
 }
 
 // flush appends the batch's audit records to their chains and sends its
-// wake-ups: two statements for the records (lock the chains and read
-// their heads, insert every record) and one for the wake-ups, whatever
-// the batch's size.
-func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
+// wake-ups: for the records, one statement to lock and read the heads of
+// the chains the cache does not hold (pgheads.go) and one to insert
+// every record; one for the wake-ups, whatever the batch's size. It
+// returns the stripes it holds, for the caller to release once the
+// transaction ended, and the chains' new heads.
+func (g *pgGroupCommit) flush(t *txn, b *pgBatch, useCache bool) (*heldStripes, []chainHead, error) {
 	ctx := t.ctx
+	var held *heldStripes
+	var next []chainHead
 	if len(b.audit) > 0 {
 		chains := make([]string, 0, 8)
 		for _, r := range b.audit {
@@ -267,30 +277,32 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
 		}
 		slices.SortFunc(chains, strings.Compare)
 		chains = slices.Compact(chains)
-		// Locked in chain order, as flushAudit locks them, then read:
-		// one round trip (migration 33).
-		rows, err := t.tx.QueryContext(ctx, `SELECT chain, seq, hash FROM byoc_audit_heads($1::TEXT[])`, pgTexts(chains))
-		if err != nil {
-			return fmt.Errorf("audit: lock and read %d chain heads: %w", len(chains), err)
-		}
+		held = g.s.pgh.lock(chains)
 		heads := make(map[string]*auditchain.Record, len(chains))
-		// Declared once, and not as pointers (which database/sql would
-		// allocate for each row): a few allocations per job fewer.
-		var c string
-		var seq sql.NullInt64
-		var hash sql.NullString
-		for rows.Next() {
-			if err := rows.Scan(&c, &seq, &hash); err != nil {
-				rows.Close()
-				return fmt.Errorf("audit: read chain heads: %w", err)
-			}
-			if seq.Valid && hash.Valid {
-				heads[c] = &auditchain.Record{Seq: seq.Int64, Hash: hash.String}
+		// Every chain's lock is taken, in chain order, by the statement
+		// that reads the heads or, when the cache holds them all, by the
+		// insert itself: whoever holds a chain's lock and reads its head
+		// reads the true head, and a cached head that another replica
+		// moved on fails the insert on the primary key.
+		cached := useCache
+		if useCache {
+			for _, c := range chains {
+				h, ok := g.s.pgh.get(c)
+				if !ok {
+					cached = false
+					break
+				}
+				heads[c] = &auditchain.Record{Seq: h.seq, Hash: h.hash}
 			}
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("audit: read chain heads: %w", err)
+		lock := []string{}
+		if cached {
+			lock = chains
+		} else {
+			clear(heads)
+			if err := g.readHeads(t, chains, heads); err != nil {
+				return held, nil, err
+			}
 		}
 		n := len(b.audit)
 		cols := struct {
@@ -304,11 +316,18 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
 			cols.chain[i], cols.seq[i], cols.at[i], cols.kind[i], cols.actor[i] = r.Chain, r.Seq, r.At, r.Kind, r.Actor
 			cols.subject[i], cols.data[i], cols.prev[i], cols.hash[i] = r.Subject, r.Data, r.Prev, r.Hash
 		}
+		// $10 are the chains to lock first (an InitPlan: once, before any
+		// row), in their order; empty when the heads' read locked them.
 		if _, err := t.tx.ExecContext(ctx, `INSERT INTO audit_events (chain, seq, at, kind, actor, subject, data, prev, hash)
-			SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])`,
+			SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])
+			WHERE (SELECT count(pg_advisory_xact_lock(7355608, hashtext(c))) FROM unnest($10::TEXT[]) AS c) >= 0`,
 			pgTexts(cols.chain), pgInt8s(cols.seq), pgInt8s(cols.at), pgTexts(cols.kind), pgTexts(cols.actor), pgTexts(cols.subject),
-			pgTexts(cols.data), pgTexts(cols.prev), pgTexts(cols.hash)); err != nil {
-			return fmt.Errorf("audit: append %d records: %w", n, err)
+			pgTexts(cols.data), pgTexts(cols.prev), pgTexts(cols.hash), pgTexts(lock)); err != nil {
+			return held, nil, fmt.Errorf("audit: append %d records: %w", n, err)
+		}
+		next = make([]chainHead, 0, len(chains))
+		for _, c := range chains {
+			next = append(next, chainHead{chain: c, seq: heads[c].Seq, hash: heads[c].Hash})
 		}
 	}
 	if len(b.notes) > 0 {
@@ -324,10 +343,49 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
 			chs[i], ps[i] = nt[0], nt[1]
 		}
 		if _, err := t.tx.ExecContext(ctx, `SELECT pg_notify(c, p) FROM unnest($1::TEXT[], $2::TEXT[]) AS u(c, p)`, pgTexts(chs), pgTexts(ps)); err != nil {
-			return fmt.Errorf("notify %d: %w", len(chs), err)
+			return held, nil, fmt.Errorf("notify %d: %w", len(chs), err)
 		}
 	}
+	return held, next, nil
+}
+
+// readHeads locks chains (in their order, sorted) and reads their heads
+// into heads: one round trip (migration 33).
+func (g *pgGroupCommit) readHeads(t *txn, chains []string, heads map[string]*auditchain.Record) error {
+	if len(chains) == 0 {
+		return nil
+	}
+	rows, err := t.tx.QueryContext(t.ctx, `SELECT chain, seq, hash FROM byoc_audit_heads($1::TEXT[])`, pgTexts(chains))
+	if err != nil {
+		return fmt.Errorf("audit: lock and read %d chain heads: %w", len(chains), err)
+	}
+	defer rows.Close()
+	// Declared once, and not as pointers (which database/sql would
+	// allocate for each row): a few allocations per job fewer.
+	var c string
+	var seq sql.NullInt64
+	var hash sql.NullString
+	for rows.Next() {
+		if err := rows.Scan(&c, &seq, &hash); err != nil {
+			return fmt.Errorf("audit: read chain heads: %w", err)
+		}
+		if seq.Valid && hash.Valid {
+			heads[c] = &auditchain.Record{Seq: seq.Int64, Hash: hash.String}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("audit: read chain heads: %w", err)
+	}
 	return nil
+}
+
+// staleHead reports whether err is an audit record's insert refused on
+// the chain's primary key: another process appended to a chain whose
+// head this one had cached (pgheads.go). The batch runs again, reading
+// that head.
+func staleHead(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.TableName == "audit_events"
 }
 
 // writeMany is write for a write function that may change several rows

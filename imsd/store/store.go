@@ -57,6 +57,9 @@ type Store struct {
 	// (pgwriter.go), where every other write has a transaction of its
 	// own; nil on SQLite.
 	pgc *pgGroupCommit
+	// pgh caches the install audit chains' heads on PostgreSQL
+	// (pgheads.go); nil on SQLite.
+	pgh *pgHeads
 	// pg is the parsed PostgreSQL config, used by Listen for its dedicated
 	// connection. Nil on SQLite.
 	pg *pgx.ConnConfig
@@ -147,7 +150,14 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 		// The parse error may quote the password.
 		return nil, errs.Field("dsn", "not a valid PostgreSQL URL")
 	}
-	db := stdlib.OpenDB(*cfg)
+	// Every new connection empties the audit heads' cache: a failover
+	// or a restore of the database comes with new connections, and the
+	// heads of the database now serving may be behind the cache's.
+	heads := newPGHeads()
+	db := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(context.Context, *pgx.Conn) error {
+		heads.dropAll()
+		return nil
+	}))
 	db.SetMaxOpenConns(postgresConns)
 	db.SetMaxIdleConns(postgresConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
@@ -163,7 +173,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 	ready.SetMaxOpenConns(1)
 	ready.SetMaxIdleConns(1)
 	x := sqlx.NewDb(db, "pgx")
-	s := &Store{dialect: DialectPostgres, w: x, r: newReader(x, false), pg: cfg, ready: ready}
+	s := &Store{dialect: DialectPostgres, w: x, r: newReader(x, false), pg: cfg, ready: ready, pgh: heads}
 	s.pgc = startPGGroupCommit(s)
 	return s, nil
 }

@@ -39,6 +39,11 @@ type txn struct {
 	// pgb, on PostgreSQL's group commit, collects the audit records and
 	// wake-ups of the batch's writes for its end (pgwriter.go).
 	pgb *pgBatch
+	// pgHeld and pgNew, on PostgreSQL in a write of its own, are the
+	// audit heads' cache stripes the write holds and the heads it
+	// appended, for writeTx once the transaction ended (pgheads.go).
+	pgHeld *heldStripes
+	pgNew  []chainHead
 }
 
 // stmt returns q prepared within the transaction, or nil to run it as is.
@@ -134,11 +139,22 @@ func (s *Store) writeTx(ctx context.Context, op string, one bool, fn func(tx *tx
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := fn(&txn{tx: tx}); err != nil {
+	t := &txn{tx: tx}
+	ended := false
+	defer func() {
+		// fn failed or panicked: the stripes go after the rollback.
+		if !ended {
+			tx.Rollback() //nolint:errcheck
+			t.pgHeld.release(false, nil)
+		}
+	}()
+	if err := fn(t); err != nil {
 		return wrap(op, err)
 	}
-	if err := tx.Commit(); err != nil {
+	err = tx.Commit()
+	ended = true
+	t.pgHeld.release(err == nil, t.pgNew)
+	if err != nil {
 		return fmt.Errorf("%s: commit: %w", op, err)
 	}
 	return nil
