@@ -279,30 +279,29 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch, useCache bool) (*heldStripes, 
 		chains = slices.Compact(chains)
 		held = g.s.pgh.lock(chains)
 		heads := make(map[string]*auditchain.Record, len(chains))
-		// Every chain's lock is taken, in chain order, by the statement
-		// that reads the heads or, when the cache holds them all, by the
-		// insert itself: whoever holds a chain's lock and reads its head
-		// reads the true head, and a cached head that another replica
-		// moved on fails the insert on the primary key.
-		cached := useCache
+		// Every chain's lock is taken, in chain order: by the statement
+		// that reads the heads the cache does not hold (migration 35) or,
+		// when it holds them all, by the insert itself. Whoever holds a
+		// chain's lock and reads its head reads the true head; a cached
+		// head that another replica moved on fails the insert on the
+		// primary key.
+		read := chains
 		if useCache {
+			read = make([]string, 0, 4)
 			for _, c := range chains {
-				h, ok := g.s.pgh.get(c)
-				if !ok {
-					cached = false
-					break
+				if h, ok := g.s.pgh.get(c); ok {
+					heads[c] = &auditchain.Record{Seq: h.seq, Hash: h.hash}
+				} else {
+					read = append(read, c)
 				}
-				heads[c] = &auditchain.Record{Seq: h.seq, Hash: h.hash}
 			}
 		}
-		lock := []string{}
-		if cached {
-			lock = chains
-		} else {
-			clear(heads)
-			if err := g.readHeads(t, chains, heads); err != nil {
+		lock := chains
+		if len(read) > 0 {
+			if err := g.readHeads(t, chains, read, heads); err != nil {
 				return held, nil, err
 			}
+			lock = nil
 		}
 		n := len(b.audit)
 		cols := struct {
@@ -349,15 +348,18 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch, useCache bool) (*heldStripes, 
 	return held, next, nil
 }
 
-// readHeads locks chains (in their order, sorted) and reads their heads
-// into heads: one round trip (migration 33).
-func (g *pgGroupCommit) readHeads(t *txn, chains []string, heads map[string]*auditchain.Record) error {
-	if len(chains) == 0 {
-		return nil
+// readHeads locks chains (sorted) and reads the heads of read, a subset,
+// into heads: one round trip (migrations 33 and 35).
+func (g *pgGroupCommit) readHeads(t *txn, chains, read []string, heads map[string]*auditchain.Record) error {
+	var rows *sqlx.Rows
+	var err error
+	if len(read) == len(chains) {
+		rows, err = t.tx.QueryxContext(t.ctx, `SELECT chain, seq, hash FROM byoc_audit_heads($1::TEXT[])`, pgTexts(chains))
+	} else {
+		rows, err = t.tx.QueryxContext(t.ctx, `SELECT chain, seq, hash FROM byoc_audit_lock_heads($1::TEXT[], $2::TEXT[])`, pgTexts(chains), pgTexts(read))
 	}
-	rows, err := t.tx.QueryContext(t.ctx, `SELECT chain, seq, hash FROM byoc_audit_heads($1::TEXT[])`, pgTexts(chains))
 	if err != nil {
-		return fmt.Errorf("audit: lock and read %d chain heads: %w", len(chains), err)
+		return fmt.Errorf("audit: lock %d chains and read %d heads: %w", len(chains), len(read), err)
 	}
 	defer rows.Close()
 	// Declared once, and not as pointers (which database/sql would

@@ -76,6 +76,10 @@ func sqliteGoMigrations() []*goose.Migration {
 		// Version 33 adds a PostgreSQL function only (byoc_audit_heads,
 		// the audit chains' locks and heads in one round trip).
 		goose.NewGoMigration(33, &goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange}),
+		// Version 35 adds a PostgreSQL function only
+		// (byoc_audit_lock_heads, the locks of a batch's chains and the
+		// heads its cache does not hold).
+		goose.NewGoMigration(35, &goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange}),
 	}
 }
 
