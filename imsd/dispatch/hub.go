@@ -127,7 +127,7 @@ type CancelRequest struct {
 
 // Hub is the registry of connected sessions. It is safe for concurrent use.
 type Hub struct {
-	mu        sync.Mutex
+	mu sync.Mutex
 	// byInstall holds each install's sessions: a slice, not a set, since
 	// an install has one agent or a few (a set of one cost a map per
 	// idle agent). Hub.sessions walks it from a random start, as the map
