@@ -167,8 +167,38 @@ func (p *imsProc) gc(b *testing.B, path string) {
 	io.Copy(w, r.Body)
 }
 
-// heap returns imsd's live heap from its metrics endpoint.
-func (p *imsProc) heap(b *testing.B) int64 { return int64(p.metric(b, "go_memstats_heap_inuse_bytes")) }
+// goroutines writes imsd's goroutines, grouped by stack, to path.
+func (p *imsProc) goroutines(b *testing.B, path string) {
+	r, err := http.Get("http://" + p.debug + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	io.Copy(f, r.Body)
+}
+
+// metrics reads imsd's unlabelled metrics, all from one scrape.
+func (p *imsProc) metrics(b *testing.B) map[string]float64 {
+	r, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Body.Close()
+	m := map[string]float64{}
+	sc := bufio.NewScanner(r.Body)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && !strings.HasPrefix(name, "#") && !strings.Contains(name, "{") {
+			m[name], _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return m
+}
 
 // metric reads one unlabelled metric from imsd's metrics endpoint.
 func (p *imsProc) metric(b *testing.B, name string) float64 {
@@ -612,21 +642,54 @@ func BenchmarkIdleAgentMemory(b *testing.B) {
 				p := startIMSDebug(b, "", true)
 				c := p.client()
 				c.ListApps(context.Background(), connect.NewRequest(&imsv1.ListAppsRequest{}))
+				// Two collections before the first reading too: the first
+				// leaves what sync.Pools held at start-up (the migrations'
+				// parser buffers, 12 MiB) in the pools' victim caches,
+				// which the second frees; read after one, that start-up
+				// memory was counted against the agents.
+				base := ""
+				if path := os.Getenv("BYOC_BENCH_HEAPPROFILE"); path != "" {
+					base = path + ".before"
+				}
 				p.gc(b, "")
-				rss0, heap0 := p.rss(b), p.heap(b)
-				stack0, g0 := p.metric(b, "go_memstats_stack_inuse_bytes"), p.metric(b, "go_goroutines")
+				p.gc(b, base)
+				rss0, m0 := p.rss(b), p.metrics(b)
 				fleet(b, p, n, func(string, time.Time) {})
 				// Let imsd settle after the enrolment burst: collect its
 				// garbage twice (the second pass also shrinks the stacks
 				// the first found mostly unused).
 				p.gc(b, "")
 				p.gc(b, os.Getenv("BYOC_BENCH_HEAPPROFILE"))
-				rss, heap := p.rss(b), p.heap(b)
+				// Read everything at once, right after the collection:
+				// imsd's periodic work (the health sweep, the fleet
+				// watcher) makes garbage between two reads.
+				rss, m := p.rss(b), p.metrics(b)
+				if path := os.Getenv("BYOC_BENCH_HEAPPROFILE"); path != "" {
+					p.goroutines(b, path+".goroutines")
+				}
+				per := func(name string) float64 { return (m[name] - m0[name]) / float64(n) / 1024 }
 				perRSS := float64(rss-rss0) / float64(n)
-				perHeap := float64(heap-heap0) / float64(n)
-				perStack := (p.metric(b, "go_memstats_stack_inuse_bytes") - stack0) / float64(n)
-				perG := (p.metric(b, "go_goroutines") - g0) / float64(n)
-				fmt.Printf("  of which goroutine stacks %.1f KiB/agent, %.1f goroutines/agent\n", perStack/1024, perG)
+				perHeap := per("go_memstats_heap_inuse_bytes") * 1024
+				fmt.Printf("  of which goroutine stacks %.1f KiB/agent, %.1f goroutines/agent\n", per("go_memstats_stack_inuse_bytes"), per("go_goroutines")*1024)
+				// What RSS holds besides live objects and stacks: the
+				// unused slots of the heap's spans (in use less objects),
+				// and free pages the runtime has not yet returned to the
+				// OS (idle less released), which the next cycle reuses.
+				kept := func(m map[string]float64) float64 {
+					return m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"]
+				}
+				fmt.Printf("  heap objects %.1f KiB/agent, free heap pages kept %.1f KiB/agent (next GC at %d MiB)\n",
+					per("go_memstats_heap_alloc_bytes"), (kept(m)-kept(m0))/float64(n)/1024, int64(m["go_memstats_next_gc_bytes"])>>20)
+				// The runtime's own (span and GC metadata, profiling
+				// buckets), and what RSS holds that is none of the above:
+				// memory not Go's (SQLite's page caches) and pages of the
+				// binary.
+				meta := func(m map[string]float64) float64 {
+					return m["go_memstats_sys_bytes"] - m["go_memstats_heap_sys_bytes"] - m["go_memstats_stack_sys_bytes"]
+				}
+				perMeta := (meta(m) - meta(m0)) / float64(n) / 1024
+				rest := perRSS/1024 - per("go_memstats_heap_inuse_bytes") - (kept(m)-kept(m0))/float64(n)/1024 - per("go_memstats_stack_inuse_bytes") - perMeta
+				fmt.Printf("  runtime metadata %.1f KiB/agent, the rest of RSS %.1f KiB/agent\n", perMeta, rest)
 				b.ReportMetric(perRSS/1024, "rss-KiB/agent")
 				b.ReportMetric(perHeap/1024, "heap-KiB/agent")
 				fmt.Printf("memory per idle agent, %d agents: RSS %.1f KiB, heap %.1f KiB (imsd RSS %d MiB; target 16 KiB) [%s]\n",

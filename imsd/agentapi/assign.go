@@ -19,9 +19,9 @@ import (
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
-// wake is the hub's Wake handler: it starts the claim goroutine unless one
+// Wake is the hub's (dispatch.Agent): it starts the claim goroutine unless one
 // is running, which then claims again for a wake that came meanwhile.
-func (c *conn) wake() {
+func (c *conn) Wake() {
 	c.wakePending.Store(true)
 	if !c.claiming.CompareAndSwap(false, true) {
 		return
@@ -52,8 +52,8 @@ func (c *conn) wake() {
 	}()
 }
 
-// reserve is the hub's Reserve handler: it takes a free slot, if any.
-func (c *conn) reserve() bool {
+// Reserve is the hub's: it takes a free slot, if any.
+func (c *conn) Reserve() bool {
 	for {
 		n := c.free.Load()
 		if n <= 0 {
@@ -64,6 +64,13 @@ func (c *conn) reserve() bool {
 		}
 	}
 }
+
+// Release is the hub's: it gives back a slot Reserve took.
+func (c *conn) Release() { c.free.Add(1) }
+
+// Replaced is the hub's: a newer stream of the agent registered, and this
+// one ends at the agent's next message.
+func (c *conn) Replaced() { c.replaced.Store(true) }
 
 // takeSlots takes every free slot for a claim and returns how many; the
 // claim gives back what it does not use.
@@ -96,11 +103,11 @@ func (c *conn) drop(jobID string) {
 	}
 }
 
-// deliver is the hub's Deliver handler: it sends a job handed over at
+// Deliver is the hub's: it sends a job handed over at
 // enqueue, in the slot reserve took. It returns at once; the send waits
 // for the stream's lock on a goroutine of its own, so the enqueue's
 // answer does not wait for this agent's writes.
-func (c *conn) deliver(j store.Job) {
+func (c *conn) Deliver(j store.Job) {
 	go func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -135,14 +142,14 @@ func (s *Service) deliverAll(hs []dispatch.Handover) {
 	go func() {
 		built := make([]builtAssignment, 0, len(hs))
 		for _, h := range hs {
-			c, _ := h.Session.Owner.(*conn)
+			c, _ := h.Session.Agent.(*conn)
 			if c == nil || !c.batchSigs || s.needsGrant(h.Job, h.Session.InstallID) {
 				h.Session.Deliver(h.Job)
 				continue
 			}
 			a, claims, err := s.unsignedAssignment(c.ctx, h.Job, h.Session.InstallID, h.Session.AgentID)
 			if err != nil {
-				c.deliver(h.Job) // builds it again and handles the error
+				c.Deliver(h.Job) // builds it again and handles the error
 				continue
 			}
 			built = append(built, builtAssignment{c: c, j: h.Job, a: a, claims: claims})
@@ -170,8 +177,8 @@ func (c *conn) deliverBuilt(j store.Job, a *agentv1.JobAssignment) {
 	c.picked(j)
 }
 
-// cancel is the hub's Cancel handler.
-func (c *conn) cancel(req dispatch.CancelRequest) {
+// Cancel is the hub's: it sends the agent a cancellation of a job it runs.
+func (c *conn) Cancel(req dispatch.CancelRequest) {
 	go func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -183,9 +190,9 @@ func (c *conn) cancel(req dispatch.CancelRequest) {
 	}()
 }
 
-// push is the hub's Push handler: a support shell's open or input,
+// Push is the hub's: a support shell's open or input,
 // sent now from the operator's call's goroutine.
-func (c *conn) push(msg any) error {
+func (c *conn) Push(msg any) error {
 	m, ok := msg.(*agentv1.ConnectResponse)
 	if !ok {
 		return fmt.Errorf("push: %T is not a ConnectResponse", msg)

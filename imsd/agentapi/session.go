@@ -213,7 +213,7 @@ func (s *Service) openCounted(ctx context.Context, st Stream) (_ *conn, err erro
 		svc:      s,
 		st:       st,
 		ch:       channel,
-		agent:    agent,
+		agent:    stateOf(agent),
 		capacity: int(hello.Capacity),
 		// What is stored now: a reconnecting agent whose permissions did
 		// not change costs no write.
@@ -223,16 +223,7 @@ func (s *Service) openCounted(ctx context.Context, st Stream) (_ *conn, err erro
 		batchSigs: hello.BatchSignatures,
 	}
 	c.ctx = ctx
-	c.sess = s.hub.Register(agent.ID, agent.InstallID, dispatch.Handlers{
-		Wake:     c.wake,
-		Cancel:   c.cancel,
-		Replaced: func() { c.replaced.Store(true) },
-		Reserve:  c.reserve,
-		Release:  func() { c.free.Add(1) },
-		Deliver:  c.deliver,
-		Push:     c.push,
-		Owner:    c,
-	})
+	c.sess = s.hub.RegisterAgent(agent.ID, agent.InstallID, c)
 	s.obs.Connected(1)
 	return c, c.welcome(ctx, hello, nextKeyID)
 }
@@ -306,7 +297,7 @@ type conn struct {
 	st       Stream
 	ch       *agentchannel.Channel
 	ctx      context.Context
-	agent    store.Agent
+	agent    agentState
 	sess     *dispatch.Session
 	capacity int
 
@@ -359,6 +350,29 @@ type conn struct {
 	// shells are the support sessions opened through this stream, and
 	// the recordings the agent is sending of them (recording.go).
 	shells map[string]*shellCopy
+}
+
+// agentState is what a stream keeps of the agent row read at its hello:
+// what later messages are compared with or named by. Not the whole row
+// (its keys, host name, health, revocation and their times): an idle
+// stream holds this for days, and with the row conn took 1 KiB, not 576
+// bytes (docs/performance-storm.md, 2026-11-29).
+type agentState struct {
+	ID, InstallID string
+	// AckedKeyID is imsd's signing key the agent last acknowledged.
+	AckedKeyID string
+	// What the agent last reported (nil: never), to write only changes.
+	Condition *store.AgentCondition
+	Stack     *store.StackReport
+	Update    *store.AgentUpdate
+	Plugins   *store.PluginReport
+	// UpdateOffer is the release last offered to the agent (nil: none).
+	UpdateOffer *store.UpdateOffer
+}
+
+func stateOf(a store.Agent) agentState {
+	return agentState{ID: a.ID, InstallID: a.InstallID, AckedKeyID: a.AckedKeyID, Condition: a.Condition,
+		Stack: a.Stack, Update: a.Update, Plugins: a.Plugins, UpdateOffer: a.UpdateOffer}
 }
 
 // welcome re-attaches the jobs the agent says it runs, answers the hello and

@@ -4,7 +4,6 @@ package agentwire
 // credit, writes and the end of the connection.
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -45,7 +44,9 @@ type conn struct {
 	dec  *hpack.Decoder // nil when idle once tableZero
 	// tableZero: the client acknowledged our HEADER_TABLE_SIZE of 0.
 	tableZero bool
-	hdr       requestHeaders
+	// hdr is the header block being decoded (nil between blocks: an
+	// idle connection need not hold it).
+	hdr *requestHeaders
 	// blockStream is the stream of a header block in progress (0: none);
 	// blockFrames and blockBytes count its CONTINUATION frames and its
 	// encoded bytes so far.
@@ -91,7 +92,7 @@ type conn struct {
 
 	smu sync.Mutex // one message at a time
 
-	cancel context.CancelFunc
+	ctx *streamCtx // the handler's; nil until it runs
 }
 
 // serve runs the connection: our SETTINGS, the client's first frames,
@@ -110,10 +111,10 @@ func (c *conn) serve() {
 		c.finishConn()
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	ctx := newStreamCtx()
+	c.ctx = ctx
 	herr := c.srv.Handler(ctx, &Stream{c: c})
-	cancel()
+	ctx.cancel()
 	c.endStream(herr)
 	c.finishConn()
 }
@@ -204,8 +205,8 @@ func (c *conn) finishConn() {
 func (c *conn) contained() {
 	if r := recover(); r != nil {
 		c.srv.contain(c.nc, "agentwire connection", r)
-		if c.cancel != nil {
-			c.cancel()
+		if c.ctx != nil {
+			c.ctx.cancel()
 		}
 	}
 }
@@ -342,8 +343,8 @@ func (c *conn) setDone() {
 	c.done = true
 	c.cond.Broadcast()
 	c.wmu.Unlock()
-	if c.cancel != nil {
-		c.cancel()
+	if c.ctx != nil {
+		c.ctx.cancel()
 	}
 }
 
@@ -643,7 +644,7 @@ func (c *conn) headers(flags byte, sid uint32, p []byte) error {
 			c.dec.SetAllowedMaxDynamicTableSize(0)
 		}
 	}
-	c.hdr = requestHeaders{endStream: flags&flagEndStream != 0}
+	c.hdr = &requestHeaders{endStream: flags&flagEndStream != 0}
 	c.dec.SetEmitFunc(c.hdr.emit)
 	c.blockStream = sid
 	c.blockFrames, c.blockBytes = 0, uint32(len(p))
@@ -663,8 +664,8 @@ func (c *conn) headerBlock(frag []byte, end bool) error {
 	if err := c.dec.Close(); err != nil {
 		return &connError{errCompression, err.Error()}
 	}
-	sid := c.blockStream
-	c.blockStream = 0
+	sid, h := c.blockStream, c.hdr
+	c.blockStream, c.hdr = 0, nil
 	c.dec.SetEmitFunc(func(hpack.HeaderField) {})
 	if c.tableZero {
 		c.dec = nil
@@ -672,16 +673,15 @@ func (c *conn) headerBlock(frag []byte, end bool) error {
 	if sid == c.stream && c.stream != 0 {
 		return nil // trailers
 	}
-	if c.stream == 0 && (c.hdr.isAgentStream() || c.srv.testAnyRequest) {
+	if c.stream == 0 && (h.isAgentStream() || c.srv.testAnyRequest) {
 		c.stream = sid
-		c.halfClosed = c.hdr.endStream // only where testAnyRequest lets one in
-		c.gzipIn = c.hdr.encoding == "gzip"
+		c.halfClosed = h.endStream // only where testAnyRequest lets one in
+		c.gzipIn = h.encoding == "gzip"
 		c.wmu.Lock()
-		c.gzipOut = c.srv.CompressMinBytes > 0 && c.hdr.acceptsGzip()
+		c.gzipOut = c.srv.CompressMinBytes > 0 && h.acceptsGzip()
 		c.sendStreamWin = c.peerInitialWindow
 		c.goAwayStream = sid
 		c.wmu.Unlock()
-		c.hdr = requestHeaders{}
 		return nil
 	}
 	// One stream per connection: the client retries elsewhere.

@@ -11,6 +11,9 @@
 package dispatch
 
 import (
+	"errors"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -18,42 +21,102 @@ import (
 )
 
 // Session is one connected agent stream as the hub sees it. The hub may
-// call its handlers with the hub's lock held: they must not block and must
-// not call back into the hub synchronously.
+// call its Agent's methods with the hub's lock held: they must not block
+// and must not call back into the hub synchronously.
 type Session struct {
 	AgentID   string
 	InstallID string
-	Handlers
+	Agent
 }
 
-// Handlers are how the hub reaches a session. An idle agent stream owns no
-// goroutine of its own besides the one reading it, so the hub signals a
-// session by calling it rather than through a channel someone must watch.
-type Handlers struct {
+// Agent is how the hub reaches a session: the agent API's stream (its
+// own type: one interface value per session, where a struct of func
+// values cost seven closures and a larger Session for every idle agent,
+// docs/performance-storm.md 2026-11-29), or Handlers. An idle agent stream
+// owns no goroutine of its own besides the one reading it, so the hub
+// signals a session by calling it rather than through a channel someone
+// must watch.
+type Agent interface {
 	// Wake is called when the install may have queued jobs.
-	Wake func()
+	Wake()
 	// Cancel is called when an operator cancels one of the agent's jobs.
-	Cancel func(CancelRequest)
+	Cancel(CancelRequest)
 	// Replaced is called when a newer stream of the same agent registers.
-	Replaced func()
+	Replaced()
 	// Reserve takes one of the agent's free job slots for a job about to
 	// be handed to it at enqueue (Hub.Reserve), and reports whether it had
 	// one. It must not block: it runs under the hub's lock.
-	Reserve func() bool
+	Reserve() bool
 	// Release gives back the slot Reserve took, when the job was not
 	// handed over after all.
-	Release func()
+	Release()
 	// Deliver passes the agent a job stored as assigned to it, in the slot
 	// Reserve took. If the stream is gone by then, the job waits for its
 	// lease to expire, as any assignment lost on the way does.
-	Deliver func(store.Job)
-	// Owner is the stream behind the session, opaque to the hub: a
-	// DeliverAll handler (SetDeliverAll) finds it there.
-	Owner any
+	Deliver(store.Job)
 	// Push sends msg (an *agentv1.ConnectResponse: a support shell's
 	// open or input) on the stream now; it may block on the stream's
 	// writes, never on the hub.
-	Push func(msg any) error
+	Push(msg any) error
+}
+
+// Handlers is an Agent made of functions (tests, and callers with no type
+// of their own); a nil function does nothing (Reserve: no slot; Push: an
+// error).
+type Handlers struct {
+	Wake     func()
+	Cancel   func(CancelRequest)
+	Replaced func()
+	Reserve  func() bool
+	Release  func()
+	Deliver  func(store.Job)
+	Push     func(msg any) error
+}
+
+// handlerFuncs gives Handlers the Agent's methods (a struct cannot have
+// a field and a method of one name).
+type handlerFuncs struct{ h Handlers }
+
+func (f *handlerFuncs) Wake() {
+	if f.h.Wake != nil {
+		f.h.Wake()
+	}
+}
+
+func (f *handlerFuncs) Cancel(r CancelRequest) {
+	if f.h.Cancel != nil {
+		f.h.Cancel(r)
+	}
+}
+
+func (f *handlerFuncs) Replaced() {
+	if f.h.Replaced != nil {
+		f.h.Replaced()
+	}
+}
+
+func (f *handlerFuncs) Reserve() bool { return f.h.Reserve != nil && f.h.Reserve() }
+
+func (f *handlerFuncs) Release() {
+	if f.h.Release != nil {
+		f.h.Release()
+	}
+}
+
+func (f *handlerFuncs) Deliver(j store.Job) {
+	if f.h.Deliver != nil {
+		f.h.Deliver(j)
+	}
+}
+
+// errNoPush is Push on a session whose Handlers have none.
+var errNoPush = errors.New("this session takes no pushes")
+
+func (f *handlerFuncs) Push(msg any) error {
+	if f.h.Push == nil {
+		return errNoPush
+	}
+	return f.h.Push(msg)
 }
 
 // CancelRequest asks an agent to stop a job.
@@ -64,8 +127,12 @@ type CancelRequest struct {
 
 // Hub is the registry of connected sessions. It is safe for concurrent use.
 type Hub struct {
-	mu        sync.Mutex
-	byInstall map[string]map[*Session]struct{}
+	mu sync.Mutex
+	// byInstall holds each install's sessions: a slice, not a set, since
+	// an install has one agent or a few (a set of one cost a map per
+	// idle agent). Hub.sessions walks it from a random start, as the map
+	// it replaced was walked in random order.
+	byInstall map[string][]*Session
 	byAgent   map[string]*Session
 	logs      map[string]chan struct{} // job id -> closed on new lines
 	// queued marks installs that may have queued jobs. Wake sets it; a
@@ -98,7 +165,7 @@ func (h *Hub) Offers() int64 { return h.offers.Load() }
 // NewHub returns an empty hub.
 func NewHub() *Hub {
 	return &Hub{
-		byInstall: make(map[string]map[*Session]struct{}),
+		byInstall: make(map[string][]*Session),
 		byAgent:   make(map[string]*Session),
 		logs:      make(map[string]chan struct{}),
 		queued:    make(map[string]bool),
@@ -116,10 +183,15 @@ func (h *Hub) TakeQueued(installID string) bool {
 	return q
 }
 
-// Register adds a session for agentID. A previous session of the same agent
-// is told it was replaced.
+// Register adds a session for agentID reached through hs (RegisterAgent).
 func (h *Hub) Register(agentID, installID string, hs Handlers) *Session {
-	s := &Session{AgentID: agentID, InstallID: installID, Handlers: hs}
+	return h.RegisterAgent(agentID, installID, &handlerFuncs{hs})
+}
+
+// RegisterAgent adds a session for agentID. A previous session of the
+// same agent is told it was replaced.
+func (h *Hub) RegisterAgent(agentID, installID string, a Agent) *Session {
+	s := &Session{AgentID: agentID, InstallID: installID, Agent: a}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old := h.byAgent[agentID]; old != nil {
@@ -127,14 +199,30 @@ func (h *Hub) Register(agentID, installID string, hs Handlers) *Session {
 		go old.Replaced()
 	}
 	h.byAgent[agentID] = s
-	set := h.byInstall[installID]
-	if set == nil {
-		set = make(map[*Session]struct{})
-		h.byInstall[installID] = set
-	}
-	set[s] = struct{}{}
+	h.byInstall[installID] = append(h.byInstall[installID], s)
 	h.fleetChangedLocked()
 	return s
+}
+
+// sessions returns installID's sessions starting at a random one (each
+// turn of Reserve favours no agent of an install); h.mu is held.
+func (h *Hub) sessions(installID string) func(yield func(*Session) bool) {
+	set := h.byInstall[installID]
+	return func(yield func(*Session) bool) {
+		n := len(set)
+		if n == 0 {
+			return
+		}
+		start := 0
+		if n > 1 {
+			start = rand.IntN(n)
+		}
+		for i := range n {
+			if !yield(set[(start+i)%n]) {
+				return
+			}
+		}
+	}
 }
 
 // Kick ends agentID's session here (the agent was revoked): as with a
@@ -171,7 +259,10 @@ func (h *Hub) removeLocked(s *Session) {
 		h.shellsGone(s.AgentID)
 	}
 	if set := h.byInstall[s.InstallID]; set != nil {
-		delete(set, s)
+		if i := slices.Index(set, s); i >= 0 {
+			set = slices.Delete(set, i, i+1)
+			h.byInstall[s.InstallID] = set
+		}
 		if len(set) == 0 {
 			delete(h.byInstall, s.InstallID)
 		}
@@ -187,7 +278,7 @@ func (h *Hub) Wake(installID string) {
 		return // a session claims everything queued when it connects
 	}
 	h.queued[installID] = true
-	for s := range h.byInstall[installID] {
+	for s := range h.sessions(installID) {
 		s.Wake()
 	}
 }
@@ -206,8 +297,8 @@ func (h *Hub) Reserve(installID string) *Session {
 	if h.queued[installID] {
 		return nil
 	}
-	for s := range h.byInstall[installID] {
-		if s.Reserve != nil && s.Reserve() {
+	for s := range h.sessions(installID) {
+		if s.Reserve() {
 			return s
 		}
 	}

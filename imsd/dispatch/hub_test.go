@@ -169,7 +169,7 @@ func TestReserveSkipsFullSessions(t *testing.T) {
 	full, free := newFake(0), newFake(1)
 	h.Register("agt_full", "ins_a", full.handlers())
 	want := h.Register("agt_free", "ins_a", free.handlers())
-	for range 3 { // map order varies: whichever comes first, the free one wins
+	for range 3 { // the walk starts anywhere: whichever comes first, the free one wins
 		got := h.Reserve("ins_a")
 		if got != want {
 			t.Fatalf("Reserve = %v; want the session with a free slot", got)
@@ -369,4 +369,41 @@ func TestReserveNeverOverbooks(t *testing.T) {
 		t.Fatalf("only %d of %d enqueues were handed over, with slots free", handed.Load(), enqueuers*perEnqueuer)
 	}
 	t.Logf("%d handed over (%d delivered), %d refused", handed.Load(), delivered, refused.Load())
+}
+
+// TestInstallSessionsSpreadAndLeave: an install's sessions kept in a slice
+// (not a map) still spread enqueue hand-overs over its agents, and one
+// leaving takes out only itself.
+func TestInstallSessionsSpreadAndLeave(t *testing.T) {
+	h := NewHub()
+	fakes := []*fakeSession{newFake(1000), newFake(1000), newFake(1000)}
+	var ss []*Session
+	for i, f := range fakes {
+		ss = append(ss, h.Register(fmt.Sprintf("agt_%d", i), "ins_a", f.handlers()))
+	}
+	h.Unregister(ss[1])
+	if n := h.InstallConnected("ins_a"); n != 2 {
+		t.Fatalf("InstallConnected after one of three left = %d; want 2", n)
+	}
+	h.Wake("ins_a")
+	if w := [3]int{fakes[0].wakeCount(), fakes[1].wakeCount(), fakes[2].wakeCount()}; w != [3]int{1, 0, 1} {
+		t.Fatalf("wakes %v; want 1 0 1 (the one that left is not woken)", w)
+	}
+	h.TakeQueued("ins_a")
+	got := map[*Session]int{}
+	for range 200 {
+		s := h.Reserve("ins_a")
+		if s == nil || s == ss[1] {
+			t.Fatalf("Reserve = %v; want one of the two connected sessions", s)
+		}
+		got[s]++
+	}
+	if got[ss[0]] == 0 || got[ss[2]] == 0 {
+		t.Fatalf("200 hand-overs went %d and %d to the install's two agents; want both used", got[ss[0]], got[ss[2]])
+	}
+	h.Unregister(ss[0])
+	h.Unregister(ss[2])
+	if n := h.InstallConnected("ins_a"); n != 0 || h.InstallSession("ins_a") != nil {
+		t.Fatalf("after all left: InstallConnected %d, InstallSession %v; want 0, nil", n, h.InstallSession("ins_a"))
+	}
 }

@@ -88,7 +88,7 @@ func (h *Hub) shellsGone(agentID string) {
 func (h *Hub) InstallSession(installID string) *Session {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for s := range h.byInstall[installID] {
+	for s := range h.sessions(installID) {
 		return s
 	}
 	return nil

@@ -90,7 +90,7 @@ func (s *Service) SupportShell(ctx context.Context, st *connect.BidiStream[imsv1
 		return s.err(ctx, err)
 	}
 	sess := s.hub.InstallSession(in.ID)
-	if sess == nil || sess.Push == nil {
+	if sess == nil {
 		return s.err(ctx, errs.E(errs.Conflict, "install %s has no agent connected to this imsd replica: a support shell needs the agent's stream "+
 			"(byoc install get %s shows whether it is connected; with several imsd replicas, reach the one holding it)", in.Name, in.Name))
 	}
