@@ -144,15 +144,6 @@ func (s *heldStripes) release(committed bool, heads []chainHead) {
 	}
 }
 
-// forget drops chains from the cache. The caller holds their stripes.
-func (h *pgHeads) forget(chains []string) {
-	h.mu.Lock()
-	for _, c := range chains {
-		delete(h.heads, c)
-	}
-	h.mu.Unlock()
-}
-
 // dropAll empties the cache and starts a new generation, so that heads
 // read before it do not join it.
 func (h *pgHeads) dropAll() {
