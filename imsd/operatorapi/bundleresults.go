@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,19 +68,22 @@ var jobStates = map[string]store.JobState{"succeeded": store.JobSucceeded, "fail
 
 // ImportBundleResults implements byoc bundle import-results.
 func (s *Service) ImportBundleResults(ctx context.Context, req *connect.Request[imsv1.ImportBundleResultsRequest]) (*connect.Response[imsv1.ImportBundleResultsResponse], error) {
-	out, err := s.importResults(ctx, req.Msg)
+	out, err := s.importResults(ctx, req.Msg.Install, bytes.NewReader(req.Msg.File), sha256.Sum256(req.Msg.File))
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
 	return connect.NewResponse(out), nil
 }
 
-func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResultsRequest) (*imsv1.ImportBundleResultsResponse, error) {
+// importResults checks and records the results file file (whose SHA-256
+// is sum) of install: ImportBundleResults has it in its one message,
+// UploadBundleResults staged its parts.
+func (s *Service) importResults(ctx context.Context, install string, file io.Reader, sum [sha256.Size]byte) (*imsv1.ImportBundleResultsResponse, error) {
 	e, err := s.engine()
 	if err != nil {
 		return nil, err
 	}
-	in, err := s.store.GetInstall(ctx, m.Install)
+	in, err := s.store.GetInstall(ctx, install)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +93,7 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	}
 	defer os.RemoveAll(tmp)
 	var agent store.Agent
-	man, _, err := bundlefile.Read(bytes.NewReader(m.File), filepath.Join(tmp, "r"), func(raw []byte, man *bundlefile.Manifest, sig bundlefile.Signature) error {
+	man, _, err := bundlefile.Read(file, filepath.Join(tmp, "r"), func(raw []byte, man *bundlefile.Manifest, sig bundlefile.Signature) error {
 		if man.Kind != bundlefile.KindResults {
 			return fmt.Errorf("a %s file, not a results file (agentd bundle export-results)", man.Kind)
 		}
@@ -348,7 +352,6 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 		state, installState, msg = store.WorkflowFailed, store.InstallFailed, "steps not succeeded: "+strings.Join(failed, ", ")
 	}
 	rec.State, rec.InstallState, rec.Msg = state, installState, msg
-	sum := sha256.Sum256(m.File)
 	rec.Audit = store.AuditEvent{Chain: in.ID, At: now, Kind: kindResultsImported, Actor: "imsd", Subject: "bundle:" + man.ID,
 		Data: map[string]string{"agent": agent.ID, "workflow": wf.ID, "journal_seq": strconv.FormatInt(head.Seq, 10), "journal_hash": head.Hash,
 			"results_sha256": hex.EncodeToString(sum[:]), "jobs": strconv.Itoa(len(res.Jobs))}}
