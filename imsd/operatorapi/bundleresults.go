@@ -210,36 +210,28 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 		cfgs[i] = cfg
 	}
 	// The agent's journal: whole, chained, and continuing what an
-	// earlier import took.
-	journal, err := read(journalFileName)
+	// earlier import took. Read as it streams from the file: it may be
+	// most of a file of hundreds of MiB.
+	jf, err := os.Open(filepath.Join(dir, journalFileName))
 	if err != nil {
-		return nil, err
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", journalFileName, err)
 	}
+	defer jf.Close()
 	prevSeq, prevHash, newest, err := s.lastImport(ctx, in.ID, agent.ID)
 	if err != nil {
 		return nil, err
 	}
-	records, err := parseJournal(journal, "agent:"+agent.ID, prevSeq, prevHash)
+	jr, err := parseJournal(jf, "agent:"+agent.ID, prevSeq, prevHash, man.ID)
 	if err != nil {
 		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", journalFileName, err)
 	}
 	// A journal from record 1 (or any record up to the head imported
 	// before: older agents, a bundle made before the last import) must
 	// hold that head; one starting after it was chained to it above.
-	if first := records[0].Seq; prevSeq > 0 && first <= prevSeq {
-		if i := prevSeq - first; i >= int64(len(records)) || records[i].Hash != prevHash {
-			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: the agent's journal does not continue the one imported before (record %d had hash %s)", journalFileName, prevSeq, prevHash)
-		}
+	if prevSeq > 0 && jr.first <= prevSeq && jr.atHead != prevHash {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: the agent's journal does not continue the one imported before (record %d had hash %s)", journalFileName, prevSeq, prevHash)
 	}
-	finished := map[string]map[string]string{}
-	for _, r := range records {
-		if r.Kind == "bundle.job.finished" {
-			var d map[string]string
-			if json.Unmarshal([]byte(r.Data), &d) == nil && d["bundle"] == man.ID {
-				finished[strings.TrimPrefix(r.Subject, "job:")] = d
-			}
-		}
-	}
+	finished := jr.finished
 	byJob := map[string]int{}
 	for i, j := range jobs {
 		byJob[j.JobID] = i
@@ -257,7 +249,7 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: job %s's result (%s) is not what the agent's journal recorded (%s)", resultsFileName, r.JobID, r.Outcome, d["outcome"])
 		}
 	}
-	head := records[len(records)-1]
+	head := jr.head
 	out := &imsv1.ImportBundleResultsResponse{BundleId: man.ID, WorkflowId: "wf_" + strings.TrimPrefix(man.ID, "bdl_"), Jobs: int32(len(res.Jobs)),
 		JournalRecords: head.Seq, JournalHash: head.Hash}
 	if wf, _, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
@@ -376,14 +368,31 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 	return out, nil
 }
 
+// journalRead is what an import takes from an agent's journal.
+type journalRead struct {
+	// first is the first record's number; head the last record.
+	first int64
+	head  auditchain.Record
+	// atHead is the hash of the record numbered as the head imported
+	// before ("" when the journal does not hold it).
+	atHead string
+	// finished is the data of the bundle's bundle.job.finished records,
+	// by job id.
+	finished map[string]map[string]string
+}
+
 // parseJournal reads an agent's journal (JSON lines of auditchain.Record)
-// and checks that it is one chain named chain: whole (from record 1),
-// or continuing the head an earlier import took (record headSeq, hash
+// as it streams, keeping only what an import needs of it, and checks
+// that it is one chain named chain: whole (from record 1), or
+// continuing the head an earlier import took (record headSeq, hash
 // headHash; 0, "": none), or starting at or before that head (the
-// caller checks the head's record).
-func parseJournal(b []byte, chain string, headSeq int64, headHash string) ([]auditchain.Record, error) {
-	var rs []auditchain.Record
-	sc := bufio.NewScanner(bytes.NewReader(b))
+// caller checks the head's record, atHead).
+func parseJournal(rd io.Reader, chain string, headSeq int64, headHash, bundle string) (journalRead, error) {
+	out := journalRead{finished: map[string]map[string]string{}}
+	var v auditchain.Verifier
+	var prev auditchain.Record
+	n := 0
+	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	for line := 1; sc.Scan(); line++ {
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
@@ -391,43 +400,52 @@ func parseJournal(b []byte, chain string, headSeq int64, headHash string) ([]aud
 		}
 		var r auditchain.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
+			return out, fmt.Errorf("line %d: %w", line, err)
 		}
 		if r.Chain != chain {
-			return nil, fmt.Errorf("line %d: chain %q, want %q", line, r.Chain, chain)
+			return out, fmt.Errorf("line %d: chain %q, want %q", line, r.Chain, chain)
 		}
-		rs = append(rs, r)
+		first := n == 0
+		if first {
+			out.first = r.Seq
+		}
+		switch {
+		case out.first == 1:
+			if p := v.Add(r); p != nil {
+				return out, p
+			}
+		case first && (headSeq == 0 || r.Seq < 1 || r.Seq > headSeq+1):
+			return out, fmt.Errorf("the journal starts at record %d, and imsd holds the agent's journal up to record %d only: records %d to %d are missing", r.Seq, headSeq, headSeq+1, r.Seq-1)
+		case first && r.Seq == headSeq+1 && r.Prev != headHash:
+			return out, fmt.Errorf("record %d: changed: its prev is not the hash %s of record %d, imported before", r.Seq, headHash, headSeq)
+		case !first && r.Seq != prev.Seq+1:
+			return out, fmt.Errorf("record %d: the chain goes from record %d to record %d", prev.Seq+1, prev.Seq, r.Seq)
+		case !first && r.Prev != prev.Hash:
+			return out, fmt.Errorf("record %d: changed: its prev is not the hash of the record before it", r.Seq)
+		case auditchain.Hash(r) != r.Hash:
+			return out, fmt.Errorf("record %d: changed: its content does not match its hash", r.Seq)
+		}
+		if r.Seq == headSeq {
+			out.atHead = r.Hash
+		}
+		if r.Kind == "bundle.job.finished" {
+			var d map[string]string
+			if json.Unmarshal([]byte(r.Data), &d) == nil && d["bundle"] == bundle {
+				out.finished[strings.TrimPrefix(r.Subject, "job:")] = d
+			}
+		}
+		// Only the chain's fields are kept of the record before.
+		prev = auditchain.Record{Seq: r.Seq, Hash: r.Hash}
+		out.head = r
+		n++
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return out, err
 	}
-	if len(rs) == 0 {
-		return nil, fmt.Errorf("no records")
+	if n == 0 {
+		return out, fmt.Errorf("no records")
 	}
-	first := rs[0].Seq
-	if first == 1 {
-		if p := auditchain.Verify(rs); p != nil {
-			return nil, p
-		}
-		return rs, nil
-	}
-	if headSeq == 0 || first < 1 || first > headSeq+1 {
-		return nil, fmt.Errorf("the journal starts at record %d, and imsd holds the agent's journal up to record %d only: records %d to %d are missing", first, headSeq, headSeq+1, first-1)
-	}
-	for i := range rs {
-		r := &rs[i]
-		switch {
-		case i == 0 && first == headSeq+1 && r.Prev != headHash:
-			return nil, fmt.Errorf("record %d: changed: its prev is not the hash %s of record %d, imported before", r.Seq, headHash, headSeq)
-		case i > 0 && r.Seq != rs[i-1].Seq+1:
-			return nil, fmt.Errorf("record %d: the chain goes from record %d to record %d", rs[i-1].Seq+1, rs[i-1].Seq, r.Seq)
-		case i > 0 && r.Prev != rs[i-1].Hash:
-			return nil, fmt.Errorf("record %d: changed: its prev is not the hash of the record before it", r.Seq)
-		case auditchain.Hash(*r) != r.Hash:
-			return nil, fmt.Errorf("record %d: changed: its content does not match its hash", r.Seq)
-		}
-	}
-	return rs, nil
+	return out, nil
 }
 
 // lastImport is what the install's imported results files recorded: the
