@@ -8,7 +8,9 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/internal/auditchain"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // callLimit is the most one operator call may carry (imsd/server).
@@ -122,4 +124,53 @@ func TestImportResultsJournalBeforeHead(t *testing.T) {
 	if out, err := importResults(s, files[c]); err != nil || out.AlreadyImported || out.JournalRecords != 6 {
 		t.Fatalf("c's results from record 3: %v, %v", out, err)
 	}
+}
+
+// A later results file of a bundle whose results were imported, which
+// carries a result imsd does not hold (a step the customer's controls
+// refused, re-run at a later import of the same bundle) or contradicts
+// one it holds, is refused naming the job and what imsd holds; nothing
+// changes. imsd used to answer that the results were imported before
+// and nothing changed, so the operator never learnt of the re-run. The
+// same file again still changes nothing and says so.
+func TestImportResultsLaterFileOfABundle(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	a, b := auth.NewSortableID("bdl_", t0), auth.NewSortableID("bdl_", t0.Add(time.Minute))
+	jobA, jobB := "job_"+strings.TrimPrefix(a, "bdl_"), "job_"+strings.TrimPrefix(b, "bdl_")
+	files := func(outcomes map[string][]string, ids ...string) map[string][]byte {
+		return resultsFilesWith(t, key, ag.ID, agentKey, t0, journalShape{ownOnly: true, outcomes: outcomes}, ids...)
+	}
+	first := files(map[string][]string{a: {"refused"}}, a)[a]
+	if out, err := importResults(s, first); err != nil || out.WorkflowState != imsv1.WorkflowState_WORKFLOW_STATE_FAILED {
+		t.Fatalf("the first file, its step refused: %v, %v", out, err)
+	}
+	if out, err := importResults(s, first); err != nil || !out.AlreadyImported {
+		t.Fatalf("the first file again: %v, %v", out, err)
+	}
+	held := func(job string, want store.JobState) {
+		t.Helper()
+		if j, err := st.GetJob(ctx, job); err != nil || j.State != want {
+			t.Fatalf("job %s: %v, %v, want %s", job, j.State, err, want)
+		}
+	}
+	rerun := files(map[string][]string{a: {"refused", "succeeded"}}, a)[a]
+	_, err := importResults(s, rerun)
+	if err == nil || !strings.Contains(err.Error(), "job "+jobA+" (step hello) succeeded in this file, and imsd holds it refused") ||
+		!strings.Contains(err.Error(), "nothing was recorded") {
+		t.Fatalf("a later file with the refused step re-run: %v", err)
+	}
+	held(jobA, store.JobRefused)
+
+	later := files(map[string][]string{a: {"refused"}, b: {"succeeded"}}, a, b)[b]
+	if out, err := importResults(s, later); err != nil || out.WorkflowState != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("bundle b's results: %v, %v", out, err)
+	}
+	contra := files(map[string][]string{a: {"refused"}, b: {"succeeded", "failed"}}, a, b)[b]
+	_, err = importResults(s, contra)
+	if err == nil || !strings.Contains(err.Error(), "job "+jobB+" (step hello) failed in this file, and imsd holds it succeeded") {
+		t.Fatalf("a later file contradicting a result held: %v", err)
+	}
+	held(jobB, store.JobSucceeded)
 }

@@ -252,7 +252,12 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 	head := jr.head
 	out := &imsv1.ImportBundleResultsResponse{BundleId: man.ID, WorkflowId: "wf_" + strings.TrimPrefix(man.ID, "bdl_"), Jobs: int32(len(res.Jobs)),
 		JournalRecords: head.Seq, JournalHash: head.Hash}
-	if wf, _, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
+	if wf, steps, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
+		// Imported before: this file (a later one of the bundle, or
+		// the same) must hold the results imsd holds, no other.
+		if err := s.sameResults(ctx, man.ID, wf, steps, res); err != nil {
+			return nil, err
+		}
 		out.AlreadyImported, out.WorkflowState = true, workflowStatesToProto[wf.State]
 		return out, nil
 	} else if !errs.Is(err, errs.NotFound) {
@@ -356,7 +361,10 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 	case errs.Is(err, errs.AlreadyExists):
 		// Another import of the same bundle won the race.
 		out.AlreadyImported = true
-		if wf, _, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
+		if wf, steps, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
+			if err := s.sameResults(ctx, man.ID, wf, steps, res); err != nil {
+				return nil, err
+			}
 			out.WorkflowState = workflowStatesToProto[wf.State]
 		}
 		return out, nil
@@ -366,6 +374,44 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 	s.hub.FleetChanged()
 	out.WorkflowState = workflowStatesToProto[state]
 	return out, nil
+}
+
+// sameResults checks that res, a results file of bundle whose workflow
+// wf (its steps steps) imsd recorded from an earlier file, carries the
+// results imsd holds: each job's the same outcome, no step imsd holds as
+// not run. A file that differs is refused, naming each job: imsd records
+// a bundle's results once, and a later file must not pass for imported.
+func (s *Service) sameResults(ctx context.Context, bundle string, wf store.Workflow, steps []store.Step, res offlineResults) error {
+	byName := map[string]store.Step{}
+	for _, st := range steps {
+		byName[st.Name] = st
+	}
+	var diffs []string
+	for _, r := range res.Jobs {
+		st, ok := byName[r.Step]
+		want := jobStates[r.Outcome]
+		switch {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd's workflow %s has no such step", r.JobID, r.Step, r.Outcome, wf.ID))
+		case st.JobID == "":
+			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds the step as not run (%s)", r.JobID, r.Step, r.Outcome, st.State))
+		case st.JobID != r.JobID:
+			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds job %s for the step", r.JobID, r.Step, r.Outcome, st.JobID))
+		default:
+			j, err := s.store.GetJob(ctx, st.JobID)
+			if err != nil {
+				return err
+			}
+			if j.State != want {
+				diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds it %s", r.JobID, r.Step, r.Outcome, j.State))
+			}
+		}
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	return errs.E(errs.Conflict, "results file refused, nothing was recorded: the results of bundle %s were imported before (workflow %s, %s) and imsd records a bundle's results once; this later file of it differs: %s. "+
+		"A step re-run at a later import of the same bundle does not reach imsd: make a new bundle (byoc bundle create) for what is left to do", bundle, wf.ID, wf.State, strings.Join(diffs, "; "))
 }
 
 // journalRead is what an import takes from an agent's journal.
