@@ -252,14 +252,18 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 	head := jr.head
 	out := &imsv1.ImportBundleResultsResponse{BundleId: man.ID, WorkflowId: "wf_" + strings.TrimPrefix(man.ID, "bdl_"), Jobs: int32(len(res.Jobs)),
 		JournalRecords: head.Seq, JournalHash: head.Hash}
+	// added, for a bundle imported before, are the steps this file (a
+	// later one of the bundle) ran that imsd holds as not run or
+	// refused, true for a refused job run again; nil: a first import.
+	var added map[string]bool
 	if wf, steps, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
-		// Imported before: this file (a later one of the bundle, or
-		// the same) must hold the results imsd holds, no other.
-		if err := s.sameResults(ctx, man.ID, wf, steps, res); err != nil {
+		if added, err = s.newResults(ctx, man.ID, wf, steps, res); err != nil {
 			return nil, err
 		}
-		out.AlreadyImported, out.WorkflowState = true, workflowStatesToProto[wf.State]
-		return out, nil
+		if len(added) == 0 {
+			out.AlreadyImported, out.WorkflowState = true, workflowStatesToProto[wf.State]
+			return out, nil
+		}
 	} else if !errs.Is(err, errs.NotFound) {
 		return nil, err
 	}
@@ -335,7 +339,9 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 		} else {
 			failed = append(failed, j.Step+" "+string(state))
 		}
-		rec.Ran = append(rec.Ran, step)
+		if added == nil || added[j.Step] {
+			rec.Ran = append(rec.Ran, step)
+		}
 		ran[j.Step] = true
 	}
 	for _, j := range jobs {
@@ -352,6 +358,21 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 	rec.Audit = store.AuditEvent{Chain: in.ID, At: now, Kind: kindResultsImported, Actor: "imsd", Subject: "bundle:" + man.ID,
 		Data: map[string]string{"agent": agent.ID, "workflow": wf.ID, "journal_seq": strconv.FormatInt(head.Seq, 10), "journal_hash": head.Hash,
 			"results_sha256": hex.EncodeToString(sum[:]), "jobs": strconv.Itoa(len(res.Jobs))}}
+	if added != nil {
+		// The steps run after the results imsd holds, in one
+		// transaction likewise.
+		err := s.store.RecordOfflineRerun(ctx, store.OfflineRerun{WorkflowID: wf.ID, AgentID: agent.ID, Ran: rec.Ran, Rerun: added,
+			State: state, Msg: msg, InstallState: installState, Revision: res.Revision, Audit: rec.Audit, Now: now})
+		if errs.Is(err, errs.Conflict) {
+			return nil, errs.E(errs.Conflict, "results file refused, nothing was recorded: %v", err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.hub.FleetChanged()
+		out.WorkflowState, out.AddedJobs = workflowStatesToProto[state], int32(len(rec.Ran))
+		return out, nil
+	}
 	// All of it in one transaction, or nothing: the workflow engine
 	// would start the pending steps of a workflow half recorded online,
 	// and a failed import must leave nothing a later one takes for done.
@@ -362,8 +383,10 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 		// Another import of the same bundle won the race.
 		out.AlreadyImported = true
 		if wf, steps, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
-			if err := s.sameResults(ctx, man.ID, wf, steps, res); err != nil {
+			if added, err := s.newResults(ctx, man.ID, wf, steps, res); err != nil {
 				return nil, err
+			} else if len(added) > 0 {
+				return nil, errs.E(errs.Conflict, "results file not recorded: another import of bundle %s's results ran at the same time: import this file again", man.ID)
 			}
 			out.WorkflowState = workflowStatesToProto[wf.State]
 		}
@@ -376,16 +399,18 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 	return out, nil
 }
 
-// sameResults checks that res, a results file of bundle whose workflow
-// wf (its steps steps) imsd recorded from an earlier file, carries the
-// results imsd holds: each job's the same outcome, no step imsd holds as
-// not run. A file that differs is refused, naming each job: imsd records
-// a bundle's results once, and a later file must not pass for imported.
-func (s *Service) sameResults(ctx context.Context, bundle string, wf store.Workflow, steps []store.Step, res offlineResults) error {
+// newResults compares res, a results file of bundle whose workflow wf
+// (its steps steps) imsd recorded from an earlier file, with the results
+// imsd holds: it returns the steps the file adds (true for a job the
+// agent refused then, run again at a later import of the bundle; false
+// for a step not run then), and refuses a file that contradicts a result
+// imsd holds, naming each job: a result imported is never changed.
+func (s *Service) newResults(ctx context.Context, bundle string, wf store.Workflow, steps []store.Step, res offlineResults) (map[string]bool, error) {
 	byName := map[string]store.Step{}
 	for _, st := range steps {
 		byName[st.Name] = st
 	}
+	added := map[string]bool{}
 	var diffs []string
 	for _, r := range res.Jobs {
 		st, ok := byName[r.Step]
@@ -393,25 +418,33 @@ func (s *Service) sameResults(ctx context.Context, bundle string, wf store.Workf
 		switch {
 		case !ok:
 			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd's workflow %s has no such step", r.JobID, r.Step, r.Outcome, wf.ID))
+		case st.JobID == "" && (st.State == store.StepSkipped || st.State == store.StepCancelled):
+			added[r.Step] = false
 		case st.JobID == "":
-			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds the step as not run (%s)", r.JobID, r.Step, r.Outcome, st.State))
+			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds the step %s", r.JobID, r.Step, r.Outcome, st.State))
 		case st.JobID != r.JobID:
 			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds job %s for the step", r.JobID, r.Step, r.Outcome, st.JobID))
 		default:
 			j, err := s.store.GetJob(ctx, st.JobID)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if j.State != want {
+			switch {
+			case j.State == want:
+			case j.State == store.JobRefused:
+				// Refused by the customer's controls, so never run:
+				// the agent runs it at a later import once allowed.
+				added[r.Step] = true
+			default:
 				diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds it %s", r.JobID, r.Step, r.Outcome, j.State))
 			}
 		}
 	}
-	if len(diffs) == 0 {
-		return nil
+	if len(diffs) > 0 {
+		return nil, errs.E(errs.Conflict, "results file refused, nothing was recorded: the results of bundle %s were imported before (workflow %s, %s), and this later file of it contradicts them: %s; a result imported is never changed",
+			bundle, wf.ID, wf.State, strings.Join(diffs, "; "))
 	}
-	return errs.E(errs.Conflict, "results file refused, nothing was recorded: the results of bundle %s were imported before (workflow %s, %s) and imsd records a bundle's results once; this later file of it differs: %s. "+
-		"A step re-run at a later import of the same bundle does not reach imsd: make a new bundle (byoc bundle create) for what is left to do", bundle, wf.ID, wf.State, strings.Join(diffs, "; "))
+	return added, nil
 }
 
 // journalRead is what an import takes from an agent's journal.

@@ -365,7 +365,10 @@ and continues the one imsd took before, that every job is one imsd signed for
 that agent and that every result is the one the journal recorded; then it
 records the bundle's workflow, its jobs and their results, what the install
 now runs and the audit events, so byoc install get, byoc job list and the
-console catch up. Importing the same file again changes nothing.
+console catch up. Importing the same file again changes nothing; a later
+file of the same bundle adds the results of steps re-run since (refused
+by the customer's controls at first), and is refused if it contradicts a
+result imsd holds.
 
 A file of up to 4 MiB goes in one call; a larger one, up to 256 MiB, in
 parts of 1 MiB, which imsd checks as they come and as a whole once all
@@ -408,6 +411,11 @@ came, before it records anything.`,
 					return fmt.Errorf("%s: %d bytes, more than one call to imsd carries (4 MiB), and imsd at %s does not take results files in parts: it is older than this byoc; upgrade imsd", args[0], fi.Size(), c.target.server)
 				}
 				return c.wrap(err)
+			}
+			if n := r.GetAddedJobs(); n > 0 {
+				fmt.Fprintf(a.stdout, "added %d results to bundle %s's, imported before: workflow %s %s; the agent's journal verified (%d records, head %s)\n",
+					n, r.GetBundleId(), r.GetWorkflowId(), workflowStateWord(r.GetWorkflowState()), r.GetJournalRecords(), r.GetJournalHash())
+				return nil
 			}
 			if r.GetAlreadyImported() {
 				fmt.Fprintf(a.stdout, "results of bundle %s were imported before (workflow %s, %s); nothing changed\n", r.GetBundleId(), r.GetWorkflowId(), workflowStateWord(r.GetWorkflowState()))

@@ -7745,8 +7745,13 @@ type ImportBundleResultsResponse struct {
 	JournalRecords  int64  `protobuf:"varint,5,opt,name=journal_records,json=journalRecords,proto3" json:"journal_records,omitempty"`
 	JournalHash     string `protobuf:"bytes,6,opt,name=journal_hash,json=journalHash,proto3" json:"journal_hash,omitempty"`
 	AlreadyImported bool   `protobuf:"varint,7,opt,name=already_imported,json=alreadyImported,proto3" json:"already_imported,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// added_jobs is, for a later results file of a bundle imported
+	// before, how many results it added: steps the customer's controls
+	// refused (or that did not run) then, run at a later import of the
+	// bundle. 0 for a first import.
+	AddedJobs     int32 `protobuf:"varint,8,opt,name=added_jobs,json=addedJobs,proto3" json:"added_jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ImportBundleResultsResponse) Reset() {
@@ -7826,6 +7831,13 @@ func (x *ImportBundleResultsResponse) GetAlreadyImported() bool {
 		return x.AlreadyImported
 	}
 	return false
+}
+
+func (x *ImportBundleResultsResponse) GetAddedJobs() int32 {
+	if x != nil {
+		return x.AddedJobs
+	}
+	return 0
 }
 
 // Build is an artifact in the vendor registry, synced or packaged by the
@@ -10592,7 +10604,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04part\x18\x06 \x01(\x05R\x04part\x12\x12\n" +
 	"\x04data\x18\a \x01(\fR\x04data\"_\n" +
 	"\x1bUploadBundleResultsResponse\x12@\n" +
-	"\x06result\x18\x01 \x01(\v2(.byoc.ims.v1.ImportBundleResultsResponseR\x06result\"\xa9\x02\n" +
+	"\x06result\x18\x01 \x01(\v2(.byoc.ims.v1.ImportBundleResultsResponseR\x06result\"\xc8\x02\n" +
 	"\x1bImportBundleResultsResponse\x12\x1b\n" +
 	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -10601,7 +10613,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04jobs\x18\x04 \x01(\x05R\x04jobs\x12'\n" +
 	"\x0fjournal_records\x18\x05 \x01(\x03R\x0ejournalRecords\x12!\n" +
 	"\fjournal_hash\x18\x06 \x01(\tR\vjournalHash\x12)\n" +
-	"\x10already_imported\x18\a \x01(\bR\x0falreadyImported\"\x90\x02\n" +
+	"\x10already_imported\x18\a \x01(\bR\x0falreadyImported\x12\x1d\n" +
+	"\n" +
+	"added_jobs\x18\b \x01(\x05R\taddedJobs\"\x90\x02\n" +
 	"\x05Build\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
