@@ -21,6 +21,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/imsd/access"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
@@ -57,13 +58,15 @@ type uploadSlots struct {
 	total    int
 }
 
-// take reserves a slot for caller, or says why there is none.
-func (u *uploadSlots) take(caller string) (func(), error) {
+// take reserves a slot for the caller p, or says why there is none.
+func (u *uploadSlots) take(p access.Principal) (func(), error) {
+	// By credential, not name: two tokens may share a name.
+	caller := p.Kind + ":" + p.ID
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.byCaller[caller] >= MaxResultsUploadsPerCaller {
 		return nil, errs.E(errs.Unavailable, "%s has %d uploads of results files in progress on this imsd already (at most %d at a time): let one end, then send this one again",
-			caller, u.byCaller[caller], MaxResultsUploadsPerCaller)
+			p.Actor(), u.byCaller[caller], MaxResultsUploadsPerCaller)
 	}
 	if u.total >= MaxResultsUploads {
 		return nil, errs.E(errs.Unavailable, "this imsd has %d uploads of results files in progress already (at most %d at a time): try again in a few minutes", u.total, MaxResultsUploads)
@@ -188,7 +191,7 @@ func (s *Service) uploadResults(ctx context.Context, st *connect.ClientStream[im
 	// The header was checked against the caller's rights on the install
 	// (rules.go, on the first message); the caller's uploads are
 	// counted from here.
-	release, err := s.uploads.take(callerFrom(ctx).Actor())
+	release, err := s.uploads.take(callerFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -198,11 +201,11 @@ func (s *Service) uploadResults(ctx context.Context, st *connect.ClientStream[im
 	}
 	// Staged in an unlinked file: only this call can read it, and it
 	// goes with the call, or with imsd if imsd stops.
-	f, err := stagingFile()
+	f, done, err := stagingFile()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer done()
 	whole := sha256.New()
 	var part hash.Hash = sha256.New()
 	n := len(h.parts)
@@ -273,15 +276,18 @@ func (s *Service) uploadResults(ctx context.Context, st *connect.ClientStream[im
 }
 
 // unlinkedFile is a temporary file removed from its directory as soon
-// as it is made.
-func unlinkedFile() (*os.File, error) {
+// as it is made (where the system refuses to remove an open file, when
+// done closes it).
+func unlinkedFile() (*os.File, func(), error) {
 	f, err := os.CreateTemp("", "byoc-results-upload-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := os.Remove(f.Name()); err != nil {
+	if os.Remove(f.Name()) == nil {
+		return f, func() { f.Close() }, nil
+	}
+	return f, func() {
 		f.Close()
-		return nil, err
-	}
-	return f, nil
+		os.Remove(f.Name())
+	}, nil
 }
