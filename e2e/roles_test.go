@@ -55,7 +55,7 @@ var rpcAccess = map[string]string{
 	"CreateApp": "deploy@all", "ListApps": "read@any", "GetApp": "read@app", "PushAppRevision": "deploy@any",
 	"ListAppRevisions": "read@app", "DiffAppRevisions": "read@app",
 	"CreateInstall": "deploy@app", "ListInstalls": "read@any", "GetInstall": "read@install", "ListInstallDrift": "read@install",
-	"WatchInstalls": "read@any", "CreateEnrollmentToken": "deploy@install", "UpdateInstall": "deploy@install", "LabelInstall": "manage@install", "RevokeAgent": "manage@install", "OfferAgentUpdate": "deploy@install", "CheckInstallDrift": "deploy@install", "CreateBundle": "deploy@install", "SignBundle": "deploy@install", "ImportBundleResults": "deploy@install", "ImportComponent": "deploy@install", "PlanInstall": "read@install",
+	"WatchInstalls": "read@any", "CreateEnrollmentToken": "deploy@install", "UpdateInstall": "deploy@install", "LabelInstall": "manage@install", "RevokeAgent": "manage@install", "OfferAgentUpdate": "deploy@install", "CheckInstallDrift": "deploy@install", "CreateBundle": "deploy@install", "SignBundle": "deploy@install", "ImportBundleResults": "deploy@install", "UploadBundleResults": "deploy@install", "ImportComponent": "deploy@install", "PlanInstall": "read@install",
 	"StartWorkflow": "deploy@install", "ListWorkflows": "read@install", "GetWorkflow": "read@install", "ApproveWorkflow": "deploy@install",
 	"CancelWorkflow": "deploy@install", "RetryWorkflowStep": "deploy@install",
 	"EnqueueJob": "deploy@install", "EnqueueJobs": "deploy@install", "ListJobs": "read@install", "GetJob": "read@install",
@@ -207,6 +207,18 @@ func (f *roleFixture) call(ctx context.Context, token string, md protoreflect.Me
 		return err
 	}
 	if err := proto.Unmarshal(b, dm); err != nil {
+		return err
+	}
+	if md.IsStreamingClient() && !md.IsStreamingServer() {
+		// A client stream (UploadBundleResults): its first message is
+		// checked.
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st := c.CallClientStream(sctx)
+		if err := st.Send(dm); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		_, err := st.CloseAndReceive()
 		return err
 	}
 	if md.IsStreamingClient() {

@@ -91,16 +91,36 @@ func (a *Auditor) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 	return next
 }
 
-// WrapStreamingHandler implements connect.Interceptor. Streaming
-// procedures only read today; one that does not is recorded when it
-// starts, without an install.
+// WrapStreamingHandler implements connect.Interceptor. A client stream
+// that may change something (UploadBundleResults) is recorded when its
+// first message, which names the install, has come and passed the
+// Authenticator, before the handler acts on it; any other stream when
+// it starts, without an install.
 func (a *Auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if conn.Spec().StreamType == connect.StreamTypeClient {
+			return next(ctx, &auditedConn{StreamingHandlerConn: conn, record: func(m any) error { return a.record(ctx, conn.Spec().Procedure, m) }})
+		}
 		if err := a.record(ctx, conn.Spec().Procedure, nil); err != nil {
 			return err
 		}
 		return next(ctx, conn)
 	}
+}
+
+// auditedConn records the call with its first message.
+type auditedConn struct {
+	connect.StreamingHandlerConn
+	record func(msg any) error
+	done   bool
+}
+
+func (c *auditedConn) Receive(m any) error {
+	if err := c.StreamingHandlerConn.Receive(m); err != nil || c.done {
+		return err
+	}
+	c.done = true
+	return c.record(m)
 }
 
 func (a *Auditor) record(ctx context.Context, procedure string, msg any) error {

@@ -8,7 +8,9 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/internal/auditchain"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // callLimit is the most one operator call may carry (imsd/server).
@@ -122,4 +124,76 @@ func TestImportResultsJournalBeforeHead(t *testing.T) {
 	if out, err := importResults(s, files[c]); err != nil || out.AlreadyImported || out.JournalRecords != 6 {
 		t.Fatalf("c's results from record 3: %v, %v", out, err)
 	}
+}
+
+// A later results file of a bundle whose results were imported, which
+// carries a result imsd does not hold (a step the customer's controls
+// refused, re-run at a later import of the same bundle), adds it: the
+// job's re-run is recorded (attempt 2), the workflow and the install
+// end as it leaves them. The same file again changes nothing and says
+// so. A later file that contradicts a result imsd holds is refused
+// naming the job, and changes nothing. imsd used to answer every later
+// file that its results were imported before, and nothing changed.
+func TestImportResultsLaterFileOfABundle(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	a, b := auth.NewSortableID("bdl_", t0), auth.NewSortableID("bdl_", t0.Add(time.Minute))
+	jobA, jobB := "job_"+strings.TrimPrefix(a, "bdl_"), "job_"+strings.TrimPrefix(b, "bdl_")
+	files := func(outcomes map[string][]string, ids ...string) map[string][]byte {
+		return resultsFilesWith(t, key, ag.ID, agentKey, t0, journalShape{ownOnly: true, outcomes: outcomes}, ids...)
+	}
+	held := func(job string, want store.JobState, attempt int) {
+		t.Helper()
+		if j, err := st.GetJob(ctx, job); err != nil || j.State != want || j.Attempt != attempt {
+			t.Fatalf("job %s: %v attempt %d, %v; want %s attempt %d", job, j.State, j.Attempt, err, want, attempt)
+		}
+	}
+	installState := func(want store.InstallState) {
+		t.Helper()
+		if in, err := st.GetInstall(ctx, "acme"); err != nil || in.State != want {
+			t.Fatalf("install acme: %v, %v; want %s", in.State, err, want)
+		}
+	}
+	first := files(map[string][]string{a: {"refused"}}, a)[a]
+	if out, err := importResults(s, first); err != nil || out.WorkflowState != imsv1.WorkflowState_WORKFLOW_STATE_FAILED {
+		t.Fatalf("the first file, its step refused: %v, %v", out, err)
+	}
+	if out, err := importResults(s, first); err != nil || !out.AlreadyImported {
+		t.Fatalf("the first file again: %v, %v", out, err)
+	}
+	held(jobA, store.JobRefused, 1)
+	installState(store.InstallFailed)
+
+	rerun := files(map[string][]string{a: {"refused", "succeeded"}}, a)[a]
+	out, err := importResults(s, rerun)
+	if err != nil || out.AlreadyImported || out.AddedJobs != 1 || out.WorkflowState != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED || out.JournalRecords != 4 {
+		t.Fatalf("a later file with the refused step re-run: %v, %v", out, err)
+	}
+	held(jobA, store.JobSucceeded, 2)
+	installState(store.InstallActive)
+	if wf, steps, err := st.GetWorkflow(ctx, out.WorkflowId); err != nil || wf.State != store.WorkflowSucceeded || len(steps) != 1 || steps[0].State != store.StepSucceeded {
+		t.Fatalf("the workflow after the re-run: %v, %v, %v", wf.State, steps, err)
+	}
+	if out, err := importResults(s, rerun); err != nil || !out.AlreadyImported || out.AddedJobs != 0 {
+		t.Fatalf("the later file again: %v, %v", out, err)
+	}
+
+	later := files(map[string][]string{a: {"refused", "succeeded"}, b: {"succeeded"}}, a, b)[b]
+	if out, err := importResults(s, later); err != nil || out.WorkflowState != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("bundle b's results: %v, %v", out, err)
+	}
+	contra := files(map[string][]string{a: {"refused", "succeeded"}, b: {"succeeded", "failed"}}, a, b)[b]
+	_, err = importResults(s, contra)
+	if err == nil || !strings.Contains(err.Error(), "job "+jobB+" (step hello) failed in this file, and imsd holds it succeeded") ||
+		!strings.Contains(err.Error(), "nothing was recorded") {
+		t.Fatalf("a later file contradicting a result held: %v", err)
+	}
+	held(jobB, store.JobSucceeded, 1)
+	// a's later file again, after b's results: refused (it would set
+	// the install back), nothing changed.
+	if _, err = importResults(s, rerun); err == nil || !strings.Contains(err.Error(), "nothing was recorded") {
+		t.Fatalf("a's later file after b's results: %v", err)
+	}
+	held(jobA, store.JobSucceeded, 2)
 }

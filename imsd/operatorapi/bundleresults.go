@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,19 +68,22 @@ var jobStates = map[string]store.JobState{"succeeded": store.JobSucceeded, "fail
 
 // ImportBundleResults implements byoc bundle import-results.
 func (s *Service) ImportBundleResults(ctx context.Context, req *connect.Request[imsv1.ImportBundleResultsRequest]) (*connect.Response[imsv1.ImportBundleResultsResponse], error) {
-	out, err := s.importResults(ctx, req.Msg)
+	out, err := s.importResults(ctx, req.Msg.Install, bytes.NewReader(req.Msg.File), sha256.Sum256(req.Msg.File))
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
 	return connect.NewResponse(out), nil
 }
 
-func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResultsRequest) (*imsv1.ImportBundleResultsResponse, error) {
+// importResults checks and records the results file file (whose SHA-256
+// is sum) of install: ImportBundleResults has it in its one message,
+// UploadBundleResults staged its parts.
+func (s *Service) importResults(ctx context.Context, install string, file io.Reader, sum [sha256.Size]byte) (*imsv1.ImportBundleResultsResponse, error) {
 	e, err := s.engine()
 	if err != nil {
 		return nil, err
 	}
-	in, err := s.store.GetInstall(ctx, m.Install)
+	in, err := s.store.GetInstall(ctx, install)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +93,7 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	}
 	defer os.RemoveAll(tmp)
 	var agent store.Agent
-	man, _, err := bundlefile.Read(bytes.NewReader(m.File), filepath.Join(tmp, "r"), func(raw []byte, man *bundlefile.Manifest, sig bundlefile.Signature) error {
+	man, _, err := bundlefile.Read(file, filepath.Join(tmp, "r"), func(raw []byte, man *bundlefile.Manifest, sig bundlefile.Signature) error {
 		if man.Kind != bundlefile.KindResults {
 			return fmt.Errorf("a %s file, not a results file (agentd bundle export-results)", man.Kind)
 		}
@@ -206,36 +210,28 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 		cfgs[i] = cfg
 	}
 	// The agent's journal: whole, chained, and continuing what an
-	// earlier import took.
-	journal, err := read(journalFileName)
+	// earlier import took. Read as it streams from the file: it may be
+	// most of a file of hundreds of MiB.
+	jf, err := os.Open(filepath.Join(dir, journalFileName))
 	if err != nil {
-		return nil, err
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", journalFileName, err)
 	}
+	defer jf.Close()
 	prevSeq, prevHash, newest, err := s.lastImport(ctx, in.ID, agent.ID)
 	if err != nil {
 		return nil, err
 	}
-	records, err := parseJournal(journal, "agent:"+agent.ID, prevSeq, prevHash)
+	jr, err := parseJournal(jf, "agent:"+agent.ID, prevSeq, prevHash, man.ID)
 	if err != nil {
 		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", journalFileName, err)
 	}
 	// A journal from record 1 (or any record up to the head imported
 	// before: older agents, a bundle made before the last import) must
 	// hold that head; one starting after it was chained to it above.
-	if first := records[0].Seq; prevSeq > 0 && first <= prevSeq {
-		if i := prevSeq - first; i >= int64(len(records)) || records[i].Hash != prevHash {
-			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: the agent's journal does not continue the one imported before (record %d had hash %s)", journalFileName, prevSeq, prevHash)
-		}
+	if prevSeq > 0 && jr.first <= prevSeq && jr.atHead != prevHash {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: the agent's journal does not continue the one imported before (record %d had hash %s)", journalFileName, prevSeq, prevHash)
 	}
-	finished := map[string]map[string]string{}
-	for _, r := range records {
-		if r.Kind == "bundle.job.finished" {
-			var d map[string]string
-			if json.Unmarshal([]byte(r.Data), &d) == nil && d["bundle"] == man.ID {
-				finished[strings.TrimPrefix(r.Subject, "job:")] = d
-			}
-		}
-	}
+	finished := jr.finished
 	byJob := map[string]int{}
 	for i, j := range jobs {
 		byJob[j.JobID] = i
@@ -253,12 +249,21 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: job %s's result (%s) is not what the agent's journal recorded (%s)", resultsFileName, r.JobID, r.Outcome, d["outcome"])
 		}
 	}
-	head := records[len(records)-1]
+	head := jr.head
 	out := &imsv1.ImportBundleResultsResponse{BundleId: man.ID, WorkflowId: "wf_" + strings.TrimPrefix(man.ID, "bdl_"), Jobs: int32(len(res.Jobs)),
 		JournalRecords: head.Seq, JournalHash: head.Hash}
-	if wf, _, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
-		out.AlreadyImported, out.WorkflowState = true, workflowStatesToProto[wf.State]
-		return out, nil
+	// added, for a bundle imported before, are the steps this file (a
+	// later one of the bundle) ran that imsd holds as not run or
+	// refused, true for a refused job run again; nil: a first import.
+	var added map[string]bool
+	if wf, steps, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
+		if added, err = s.newResults(ctx, man.ID, wf, steps, res); err != nil {
+			return nil, err
+		}
+		if len(added) == 0 {
+			out.AlreadyImported, out.WorkflowState = true, workflowStatesToProto[wf.State]
+			return out, nil
+		}
 	} else if !errs.Is(err, errs.NotFound) {
 		return nil, err
 	}
@@ -334,7 +339,9 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 		} else {
 			failed = append(failed, j.Step+" "+string(state))
 		}
-		rec.Ran = append(rec.Ran, step)
+		if added == nil || added[j.Step] {
+			rec.Ran = append(rec.Ran, step)
+		}
 		ran[j.Step] = true
 	}
 	for _, j := range jobs {
@@ -348,10 +355,24 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 		state, installState, msg = store.WorkflowFailed, store.InstallFailed, "steps not succeeded: "+strings.Join(failed, ", ")
 	}
 	rec.State, rec.InstallState, rec.Msg = state, installState, msg
-	sum := sha256.Sum256(m.File)
 	rec.Audit = store.AuditEvent{Chain: in.ID, At: now, Kind: kindResultsImported, Actor: "imsd", Subject: "bundle:" + man.ID,
 		Data: map[string]string{"agent": agent.ID, "workflow": wf.ID, "journal_seq": strconv.FormatInt(head.Seq, 10), "journal_hash": head.Hash,
 			"results_sha256": hex.EncodeToString(sum[:]), "jobs": strconv.Itoa(len(res.Jobs))}}
+	if added != nil {
+		// The steps run after the results imsd holds, in one
+		// transaction likewise.
+		err := s.store.RecordOfflineRerun(ctx, store.OfflineRerun{WorkflowID: wf.ID, AgentID: agent.ID, Ran: rec.Ran, Rerun: added,
+			State: state, Msg: msg, InstallState: installState, Revision: res.Revision, Audit: rec.Audit, Now: now})
+		if errs.Is(err, errs.Conflict) {
+			return nil, errs.E(errs.Conflict, "results file refused, nothing was recorded: %v", err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.hub.FleetChanged()
+		out.WorkflowState, out.AddedJobs = workflowStatesToProto[state], int32(len(rec.Ran))
+		return out, nil
+	}
 	// All of it in one transaction, or nothing: the workflow engine
 	// would start the pending steps of a workflow half recorded online,
 	// and a failed import must leave nothing a later one takes for done.
@@ -361,7 +382,12 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	case errs.Is(err, errs.AlreadyExists):
 		// Another import of the same bundle won the race.
 		out.AlreadyImported = true
-		if wf, _, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
+		if wf, steps, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
+			if added, err := s.newResults(ctx, man.ID, wf, steps, res); err != nil {
+				return nil, err
+			} else if len(added) > 0 {
+				return nil, errs.E(errs.Conflict, "results file not recorded: another import of bundle %s's results ran at the same time: import this file again", man.ID)
+			}
 			out.WorkflowState = workflowStatesToProto[wf.State]
 		}
 		return out, nil
@@ -373,14 +399,79 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	return out, nil
 }
 
+// newResults compares res, a results file of bundle whose workflow wf
+// (its steps steps) imsd recorded from an earlier file, with the results
+// imsd holds: it returns the steps the file adds (true for a job the
+// agent refused then, run again at a later import of the bundle; false
+// for a step not run then), and refuses a file that contradicts a result
+// imsd holds, naming each job: a result imported is never changed.
+func (s *Service) newResults(ctx context.Context, bundle string, wf store.Workflow, steps []store.Step, res offlineResults) (map[string]bool, error) {
+	byName := map[string]store.Step{}
+	for _, st := range steps {
+		byName[st.Name] = st
+	}
+	added := map[string]bool{}
+	var diffs []string
+	for _, r := range res.Jobs {
+		st, ok := byName[r.Step]
+		want := jobStates[r.Outcome]
+		switch {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd's workflow %s has no such step", r.JobID, r.Step, r.Outcome, wf.ID))
+		case st.JobID == "" && (st.State == store.StepSkipped || st.State == store.StepCancelled):
+			added[r.Step] = false
+		case st.JobID == "":
+			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds the step %s", r.JobID, r.Step, r.Outcome, st.State))
+		case st.JobID != r.JobID:
+			diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds job %s for the step", r.JobID, r.Step, r.Outcome, st.JobID))
+		default:
+			j, err := s.store.GetJob(ctx, st.JobID)
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case j.State == want:
+			case j.State == store.JobRefused:
+				// Refused by the customer's controls, so never run:
+				// the agent runs it at a later import once allowed.
+				added[r.Step] = true
+			default:
+				diffs = append(diffs, fmt.Sprintf("job %s (step %s) %s in this file, and imsd holds it %s", r.JobID, r.Step, r.Outcome, j.State))
+			}
+		}
+	}
+	if len(diffs) > 0 {
+		return nil, errs.E(errs.Conflict, "results file refused, nothing was recorded: the results of bundle %s were imported before (workflow %s, %s), and this later file of it contradicts them: %s; a result imported is never changed",
+			bundle, wf.ID, wf.State, strings.Join(diffs, "; "))
+	}
+	return added, nil
+}
+
+// journalRead is what an import takes from an agent's journal.
+type journalRead struct {
+	// first is the first record's number; head the last record.
+	first int64
+	head  auditchain.Record
+	// atHead is the hash of the record numbered as the head imported
+	// before ("" when the journal does not hold it).
+	atHead string
+	// finished is the data of the bundle's bundle.job.finished records,
+	// by job id.
+	finished map[string]map[string]string
+}
+
 // parseJournal reads an agent's journal (JSON lines of auditchain.Record)
-// and checks that it is one chain named chain: whole (from record 1),
-// or continuing the head an earlier import took (record headSeq, hash
+// as it streams, keeping only what an import needs of it, and checks
+// that it is one chain named chain: whole (from record 1), or
+// continuing the head an earlier import took (record headSeq, hash
 // headHash; 0, "": none), or starting at or before that head (the
-// caller checks the head's record).
-func parseJournal(b []byte, chain string, headSeq int64, headHash string) ([]auditchain.Record, error) {
-	var rs []auditchain.Record
-	sc := bufio.NewScanner(bytes.NewReader(b))
+// caller checks the head's record, atHead).
+func parseJournal(rd io.Reader, chain string, headSeq int64, headHash, bundle string) (journalRead, error) {
+	out := journalRead{finished: map[string]map[string]string{}}
+	var v auditchain.Verifier
+	var prev auditchain.Record
+	n := 0
+	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
 	for line := 1; sc.Scan(); line++ {
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
@@ -388,43 +479,52 @@ func parseJournal(b []byte, chain string, headSeq int64, headHash string) ([]aud
 		}
 		var r auditchain.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
+			return out, fmt.Errorf("line %d: %w", line, err)
 		}
 		if r.Chain != chain {
-			return nil, fmt.Errorf("line %d: chain %q, want %q", line, r.Chain, chain)
+			return out, fmt.Errorf("line %d: chain %q, want %q", line, r.Chain, chain)
 		}
-		rs = append(rs, r)
+		first := n == 0
+		if first {
+			out.first = r.Seq
+		}
+		switch {
+		case out.first == 1:
+			if p := v.Add(r); p != nil {
+				return out, p
+			}
+		case first && (headSeq == 0 || r.Seq < 1 || r.Seq > headSeq+1):
+			return out, fmt.Errorf("the journal starts at record %d, and imsd holds the agent's journal up to record %d only: records %d to %d are missing", r.Seq, headSeq, headSeq+1, r.Seq-1)
+		case first && r.Seq == headSeq+1 && r.Prev != headHash:
+			return out, fmt.Errorf("record %d: changed: its prev is not the hash %s of record %d, imported before", r.Seq, headHash, headSeq)
+		case !first && r.Seq != prev.Seq+1:
+			return out, fmt.Errorf("record %d: the chain goes from record %d to record %d", prev.Seq+1, prev.Seq, r.Seq)
+		case !first && r.Prev != prev.Hash:
+			return out, fmt.Errorf("record %d: changed: its prev is not the hash of the record before it", r.Seq)
+		case auditchain.Hash(r) != r.Hash:
+			return out, fmt.Errorf("record %d: changed: its content does not match its hash", r.Seq)
+		}
+		if r.Seq == headSeq {
+			out.atHead = r.Hash
+		}
+		if r.Kind == "bundle.job.finished" {
+			var d map[string]string
+			if json.Unmarshal([]byte(r.Data), &d) == nil && d["bundle"] == bundle {
+				out.finished[strings.TrimPrefix(r.Subject, "job:")] = d
+			}
+		}
+		// Only the chain's fields are kept of the record before.
+		prev = auditchain.Record{Seq: r.Seq, Hash: r.Hash}
+		out.head = r
+		n++
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return out, err
 	}
-	if len(rs) == 0 {
-		return nil, fmt.Errorf("no records")
+	if n == 0 {
+		return out, fmt.Errorf("no records")
 	}
-	first := rs[0].Seq
-	if first == 1 {
-		if p := auditchain.Verify(rs); p != nil {
-			return nil, p
-		}
-		return rs, nil
-	}
-	if headSeq == 0 || first < 1 || first > headSeq+1 {
-		return nil, fmt.Errorf("the journal starts at record %d, and imsd holds the agent's journal up to record %d only: records %d to %d are missing", first, headSeq, headSeq+1, first-1)
-	}
-	for i := range rs {
-		r := &rs[i]
-		switch {
-		case i == 0 && first == headSeq+1 && r.Prev != headHash:
-			return nil, fmt.Errorf("record %d: changed: its prev is not the hash %s of record %d, imported before", r.Seq, headHash, headSeq)
-		case i > 0 && r.Seq != rs[i-1].Seq+1:
-			return nil, fmt.Errorf("record %d: the chain goes from record %d to record %d", rs[i-1].Seq+1, rs[i-1].Seq, r.Seq)
-		case i > 0 && r.Prev != rs[i-1].Hash:
-			return nil, fmt.Errorf("record %d: changed: its prev is not the hash of the record before it", r.Seq)
-		case auditchain.Hash(*r) != r.Hash:
-			return nil, fmt.Errorf("record %d: changed: its content does not match its hash", r.Seq)
-		}
-	}
-	return rs, nil
+	return out, nil
 }
 
 // lastImport is what the install's imported results files recorded: the

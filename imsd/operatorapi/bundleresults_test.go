@@ -51,6 +51,17 @@ type journalShape struct {
 	padBytes int
 	from     map[string]int64
 	edit     func(id string, rs []auditchain.Record) []auditchain.Record
+	// outcomes, if set for a bundle, are its job's runs' outcomes, in
+	// order (a step refused, then re-run); the results carry the last.
+	outcomes map[string][]string
+}
+
+// runsOf is the outcomes of bundle id's job's runs under sh.
+func runsOf(sh journalShape, id string) []string {
+	if o := sh.outcomes[id]; len(o) > 0 {
+		return o
+	}
+	return []string{"succeeded"}
 }
 
 // resultsFilesWith is resultsFiles with the journal shaped by sh.
@@ -78,14 +89,16 @@ func resultsFilesWith(t *testing.T, key auth.SigningKey, agentID string, agentKe
 		c.Expires = t0.Add(time.Hour)
 		job.Signature, job.KeyID, job.ExpireUnixMs = key.Sign(&c), key.ID, c.Expires.UnixMilli()
 		jobs[id] = job
-		for _, r := range []auditchain.Record{
-			{Kind: "bundle.job.started", Subject: "job:" + job.JobID, Data: `{"bundle":"` + id + `"}`},
-			{Kind: "bundle.job.finished", Subject: "job:" + job.JobID, Data: `{"bundle":"` + id + `","outcome":"succeeded"}`},
-		} {
-			r.Chain, r.At, r.Actor = "agent:"+agentID, t0.UnixNano(), "agent:"+agentID
-			r = auditchain.Next(prev, r)
-			prev = &r
-			journal = append(journal, r)
+		for _, o := range runsOf(sh, id) {
+			for _, r := range []auditchain.Record{
+				{Kind: "bundle.job.started", Subject: "job:" + job.JobID, Data: `{"bundle":"` + id + `"}`},
+				{Kind: "bundle.job.finished", Subject: "job:" + job.JobID, Data: `{"bundle":"` + id + `","outcome":"` + o + `"}`},
+			} {
+				r.Chain, r.At, r.Actor = "agent:"+agentID, t0.UnixNano(), "agent:"+agentID
+				r = auditchain.Next(prev, r)
+				prev = &r
+				journal = append(journal, r)
+			}
 		}
 		ends[id] = len(journal)
 	}
@@ -102,7 +115,7 @@ func resultsFilesWith(t *testing.T, key auth.SigningKey, agentID string, agentKe
 			t.Fatal(err)
 		}
 		res, _ := json.Marshal(map[string]any{"bundle": id, "install_id": "inst-1", "agent_id": agentID, "revision": 1, "workflow_kind": "update",
-			"jobs": []map[string]any{{"job_id": job.JobID, "step": "hello", "outcome": "succeeded", "log": []string{"hi"},
+			"jobs": []map[string]any{{"job_id": job.JobID, "step": "hello", "outcome": runsOf(sh, id)[len(runsOf(sh, id))-1], "log": []string{"hi"},
 				"started_at": t0, "ended_at": t0.Add(time.Second)}}})
 		rs := journal
 		if sh.ownOnly {

@@ -93,6 +93,9 @@ type Config struct {
 	Login LoginConfig
 	// Telemetry holds the app telemetry agents forwarded (nil: none).
 	Telemetry *telemetry.Store
+	// ResultsPartWait is how long UploadBundleResults waits for a part
+	// (0: the default, ResultsPartWait).
+	ResultsPartWait time.Duration
 }
 
 // Service implements imsv1connect.OperatorServiceHandler.
@@ -108,6 +111,8 @@ type Service struct {
 	// tokenRevoked drops the Authenticator's cache on this replica
 	// (OnTokenRevoked); other replicas' caches expire within seconds.
 	tokenRevoked func()
+	// uploads counts UploadBundleResults calls in progress.
+	uploads uploadSlots
 }
 
 // OnTokenRevoked calls f after every token revocation, so a revoked

@@ -112,6 +112,8 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceImportBundleResultsProcedure:  r(access.Deploy, onInstall, "install", "import offline results of"),
 	imsv1connect.OperatorServiceListInstallImagesProcedure:    r(access.Read, onInstall, "install", "read"),
 	imsv1connect.OperatorServiceListInstallArtifactsProcedure: r(access.Read, onInstall, "install", "read"),
+	// A results file in parts: the first message names the install.
+	imsv1connect.OperatorServiceUploadBundleResultsProcedure: {perm: access.Deploy, on: onInstall, field: "install", verb: "import offline results of", firstOnly: true},
 
 	imsv1connect.OperatorServiceStartWorkflowProcedure: r(access.Deploy, onInstall, "install", "start workflows on"),
 	imsv1connect.OperatorServiceListWorkflowsProcedure: r(access.Read, onInstallOrList, "install", "read"),

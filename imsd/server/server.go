@@ -556,7 +556,8 @@ func (s *Server) newHTTPServer() *http.Server {
 		connect.WithReadMaxBytes(4<<20),
 		// Compressing small messages costs more CPU than it saves bytes.
 		connect.WithCompressMinBytes(4<<10), fastGzip)
-	mux.Handle(opPath, growStack(opHandler))
+	// ReadDeadlines: UploadBundleResults bounds its wait for each part.
+	mux.Handle(opPath, growStack(operatorapi.ReadDeadlines(opHandler)))
 	// gRPC server reflection (v1 and the v1alpha that older grpcurl
 	// asks for), so grpcurl and buf curl work without the proto files. It
 	// describes the operator API only and asks for a token like it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
@@ -27,12 +28,13 @@ func (s *Store) RecordOfflineStep(ctx context.Context, workflowID, name string, 
 		return err
 	}
 	return s.write(ctx, "record offline step", func(tx *txn) error {
-		return s.recordOfflineStep(ctx, tx, workflowID, name, j, config, agentID, r, logs, started, ended)
+		return s.recordOfflineStep(ctx, tx, workflowID, name, j, config, agentID, r, logs, started, ended, false)
 	})
 }
 
-// recordOfflineStep is RecordOfflineStep's write, in tx.
-func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name string, j Job, config string, agentID string, r Result, logs []LogLine, started, ended time.Time) error {
+// recordOfflineStep is RecordOfflineStep's write, in tx. rerun records
+// attempt 2 of a job the agent refused before (recorded so), in its row.
+func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name string, j Job, config string, agentID string, r Result, logs []LogLine, started, ended time.Time, rerun bool) error {
 	res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'running', job_id = ?, attempts = attempts + 1,
 		started_at = ?, ended_at = 0, error = '' WHERE workflow_id = ? AND name = ? AND state = 'pending'`),
 		j.ID, nanos(started), workflowID, name)
@@ -49,24 +51,39 @@ func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name
 		Data: map[string]string{"job": j.ID, "offline": "true"}}); err != nil {
 		return err
 	}
-	if err := s.insertQueued(ctx, tx, j, config); err != nil {
+	attempt := 1
+	if rerun {
+		// The refused attempt's row and logs stay as they were;
+		// the re-run is attempt 2.
+		attempt = 2
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE jobs SET state = 'queued', agent_id = '', config = ? WHERE id = ? AND state = 'refused'`), config, j.ID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if err == nil {
+				err = errs.E(errs.Conflict, "job %s was not refused", j.ID)
+			}
+			return err
+		}
+	} else if err := s.insertQueued(ctx, tx, j, config); err != nil {
 		return err
 	}
 	var install, typ, op, release string
-	err = tx.QueryRowContext(ctx, s.bind(`UPDATE jobs SET state = ?, agent_id = ?, attempt = 1, fencing_token = 1, started_at = ?, ended_at = ?,
+	err = tx.QueryRowContext(ctx, s.bind(`UPDATE jobs SET state = ?, agent_id = ?, attempt = ?, fencing_token = ?, started_at = ?, ended_at = ?,
 		exit_code = ?, error = ?, outputs = ?, lease_deadline = 0 WHERE id = ? AND state = 'queued'
 		RETURNING install_id, component_type, operation, release_id`),
-		string(r.State), agentID, nanos(started), nanos(ended), r.ExitCode, r.Error, encodeMap(r.Outputs), j.ID).Scan(&install, &typ, &op, &release)
+		string(r.State), agentID, attempt, attempt, nanos(started), nanos(ended), r.ExitCode, r.Error, encodeMap(r.Outputs), j.ID).Scan(&install, &typ, &op, &release)
 	if errors.Is(err, sql.ErrNoRows) {
 		return errs.E(errs.Conflict, "job %s is not queued", j.ID)
 	}
 	if err != nil {
 		return err
 	}
-	if err := s.insertLogs(ctx, tx, j.ID, 1, logs); err != nil {
+	if err := s.insertLogs(ctx, tx, j.ID, attempt, logs); err != nil {
 		return err
 	}
-	return s.finished(ctx, tx, j.ID, Writer{AgentID: agentID, FencingToken: 1}, r, "", install, typ, op, release, ended)
+	return s.finished(ctx, tx, j.ID, Writer{AgentID: agentID, FencingToken: int64(attempt)}, r, "", install, typ, op, release, ended)
 }
 
 // OfflineWorkflow is an offline bundle's workflow as its agent ran it
@@ -154,7 +171,7 @@ func (s *Store) RecordOfflineWorkflow(ctx context.Context, w OfflineWorkflow) er
 			return errs.E(errs.Conflict, "install %s has a workflow running or awaiting approval", w.Workflow.InstallID)
 		}
 		for i, r := range w.Ran {
-			if err := s.recordOfflineStep(ctx, tx, id, r.Name, r.Job, configs[i], w.AgentID, r.Result, r.Logs, r.Started, r.Ended); err != nil {
+			if err := s.recordOfflineStep(ctx, tx, id, r.Name, r.Job, configs[i], w.AgentID, r.Result, r.Logs, r.Started, r.Ended, false); err != nil {
 				return err
 			}
 			if ok, err := s.finishStep(ctx, tx, id, r.Name, r.Job.ID, r.StepState, r.Msg, r.Deployed, r.Removed, r.Ended); err != nil {
@@ -169,6 +186,114 @@ func (s *Store) RecordOfflineWorkflow(ctx context.Context, w OfflineWorkflow) er
 			}
 		}
 		if ok, err := s.endWorkflow(ctx, tx, id, w.State, w.Msg, w.InstallState, w.Workflow.AppRevision, nil, w.Now); err != nil {
+			return err
+		} else if !ok {
+			return errs.E(errs.Conflict, "workflow %s did not end", id)
+		}
+		return s.Audit(ctx, tx, w.Audit)
+	})
+}
+
+// OfflineRerun is what a later results file of an offline bundle
+// imported before adds (byoc bundle import-results): the steps its
+// agent ran at a later import of the same bundle, for RecordOfflineRerun.
+type OfflineRerun struct {
+	WorkflowID string
+	AgentID    string
+	// Ran are the steps newly run, in order: each one imsd holds as not
+	// run (skipped or cancelled, no job), or whose job the agent refused
+	// (Rerun: the same job, run again).
+	Ran   []OfflineStep
+	Rerun map[string]bool
+	// State ends the workflow again (Msg its message), the install in
+	// InstallState at Revision.
+	State        WorkflowState
+	Msg          string
+	InstallState InstallState
+	Revision     int64
+	Audit        AuditEvent
+	Now          time.Time
+}
+
+// RecordOfflineRerun records, in one transaction or not at all, the
+// steps an offline workflow's agent ran after the results imsd recorded
+// (RecordOfflineWorkflow): the workflow, failed, runs again; each step
+// of w.Ran goes back to pending and is recorded with its job and result
+// (a refused job's row takes the re-run as attempt 2) and finished; the
+// workflow ends again and w.Audit is written. The workflow must have
+// failed, be the install's newest, and no other workflow of the install
+// be active (Conflict otherwise); a step no longer as imsd held it is a
+// Conflict too.
+func (s *Store) RecordOfflineRerun(ctx context.Context, w OfflineRerun) error {
+	if err := requireTime("now", w.Now); err != nil {
+		return err
+	}
+	configs := make([]string, len(w.Ran))
+	for i, r := range w.Ran {
+		c, err := checkNewJob(r.Job)
+		if err != nil {
+			return err
+		}
+		if !r.Result.State.Terminal() || !r.StepState.Terminal() {
+			return errs.Field("state", "%q, %q: not a final job and step state", r.Result.State, r.StepState)
+		}
+		configs[i] = c
+	}
+	if !w.State.Terminal() {
+		return errs.Field("state", "%q is not a final workflow state", w.State)
+	}
+	id := w.WorkflowID
+	return s.write(ctx, "record offline rerun", func(tx *txn) error {
+		wf, err := s.workflowForWrite(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if wf.State != WorkflowFailed {
+			return errs.E(errs.Conflict, "workflow %s is %s, not failed", id, wf.State)
+		}
+		var newer string
+		err = tx.GetContext(ctx, &newer, s.bind(`SELECT id FROM workflows WHERE install_id = ? AND id <> ?
+			AND (created_at > ? OR state IN ('queued', `+strings.Trim(activeStates, "()")+`)) ORDER BY created_at DESC LIMIT 1`),
+			wf.InstallID, id, nanos(wf.CreatedAt))
+		if err == nil {
+			return errs.E(errs.Conflict, "workflow %s of the same install came after %s", newer, id)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE workflows SET state = 'running', error = '', ended_at = 0 WHERE id = ?`), id); err != nil {
+			return err
+		}
+		for i, r := range w.Ran {
+			from := `state IN ('skipped', 'cancelled') AND job_id = ''`
+			if w.Rerun[r.Name] {
+				from = `state = 'failed' AND job_id = ?`
+			}
+			args := []any{id, r.Name}
+			if w.Rerun[r.Name] {
+				args = append(args, r.Job.ID)
+			}
+			res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'pending', error = '', ended_at = 0
+				WHERE workflow_id = ? AND name = ? AND `+from), args...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				if err == nil {
+					err = errs.E(errs.Conflict, "workflow %s: step %q is no longer as imsd held it", id, r.Name)
+				}
+				return err
+			}
+			if err := s.recordOfflineStep(ctx, tx, id, r.Name, r.Job, configs[i], w.AgentID, r.Result, r.Logs, r.Started, r.Ended, w.Rerun[r.Name]); err != nil {
+				return err
+			}
+			if ok, err := s.finishStep(ctx, tx, id, r.Name, r.Job.ID, r.StepState, r.Msg, r.Deployed, r.Removed, r.Ended); err != nil {
+				return err
+			} else if !ok {
+				return errs.E(errs.Conflict, "workflow %s: step %q is not running job %s", id, r.Name, r.Job.ID)
+			}
+		}
+		if ok, err := s.endWorkflow(ctx, tx, id, w.State, w.Msg, w.InstallState, w.Revision, nil, w.Now); err != nil {
 			return err
 		} else if !ok {
 			return errs.E(errs.Conflict, "workflow %s did not end", id)

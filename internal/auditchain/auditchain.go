@@ -97,43 +97,59 @@ func (p *Problem) Error() string {
 // returns the first problem, or nil when every record is intact and
 // linked to the one before it.
 func Verify(rs []Record) *Problem {
-	var p, pp *Record
-	for i := range rs {
-		r := &rs[i]
-		want := int64(1)
-		if p != nil {
-			want = p.Seq + 1
+	var v Verifier
+	for _, r := range rs {
+		if p := v.Add(r); p != nil {
+			return p
 		}
-		bad := func(seq int64, what, detail string, args ...any) *Problem {
-			return &Problem{Chain: r.Chain, Seq: seq, What: what, Detail: fmt.Sprintf(detail, args...)}
-		}
-		if p != nil && r.Chain != p.Chain {
-			return bad(r.Seq, "inserted", "it names chain %q", r.Chain)
-		}
-		if r.Seq > want {
-			return bad(want, "removed", "the chain goes from record %d to record %d", want-1, r.Seq)
-		}
-		if r.Seq < want {
-			return bad(r.Seq, "inserted", "a second record %d", r.Seq)
-		}
-		prevHash := ""
-		if p != nil {
-			prevHash = p.Hash
-		}
-		if r.Prev != prevHash {
-			switch {
-			case pp != nil && r.Prev == pp.Hash:
-				return bad(p.Seq, "inserted", "record %d links to record %d, not to it", r.Seq, pp.Seq)
-			case p != nil && Hash(*r) == r.Hash:
-				return bad(p.Seq, "changed", "record %d, intact, links to another hash", r.Seq)
-			default:
-				return bad(r.Seq, "changed", "its prev is not the hash of the record before it")
-			}
-		}
-		if Hash(*r) != r.Hash {
-			return bad(r.Seq, "changed", "its content does not match its hash")
-		}
-		pp, p = p, r
 	}
+	return nil
+}
+
+// Verifier is Verify one record at a time, for a chain too long to hold:
+// it keeps the last two records only. Its zero value expects record 1.
+type Verifier struct {
+	p, pp *Record
+}
+
+// Add checks r, the chain's next record, and returns the problem Verify
+// would name for it (nil: intact and linked). After a problem the
+// Verifier is not to be used again.
+func (v *Verifier) Add(r Record) *Problem {
+	p, pp := v.p, v.pp
+	want := int64(1)
+	if p != nil {
+		want = p.Seq + 1
+	}
+	bad := func(seq int64, what, detail string, args ...any) *Problem {
+		return &Problem{Chain: r.Chain, Seq: seq, What: what, Detail: fmt.Sprintf(detail, args...)}
+	}
+	if p != nil && r.Chain != p.Chain {
+		return bad(r.Seq, "inserted", "it names chain %q", r.Chain)
+	}
+	if r.Seq > want {
+		return bad(want, "removed", "the chain goes from record %d to record %d", want-1, r.Seq)
+	}
+	if r.Seq < want {
+		return bad(r.Seq, "inserted", "a second record %d", r.Seq)
+	}
+	prevHash := ""
+	if p != nil {
+		prevHash = p.Hash
+	}
+	if r.Prev != prevHash {
+		switch {
+		case pp != nil && r.Prev == pp.Hash:
+			return bad(p.Seq, "inserted", "record %d links to record %d, not to it", r.Seq, pp.Seq)
+		case p != nil && Hash(r) == r.Hash:
+			return bad(p.Seq, "changed", "record %d, intact, links to another hash", r.Seq)
+		default:
+			return bad(r.Seq, "changed", "its prev is not the hash of the record before it")
+		}
+	}
+	if Hash(r) != r.Hash {
+		return bad(r.Seq, "changed", "its content does not match its hash")
+	}
+	v.pp, v.p = p, &r
 	return nil
 }

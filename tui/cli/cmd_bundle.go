@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -343,6 +345,16 @@ func readHaveDigests(path string) (map[digest.Digest]bool, error) {
 	return have, nil
 }
 
+// Results files: one that fits one call (imsd's 4 MiB a message, less a
+// margin for the rest of the request) goes in one ImportBundleResults,
+// which every imsd takes; a larger one in parts of resultsPart bytes
+// (UploadBundleResults), up to maxResultsUpload in all.
+const (
+	oneCallResults   = 4<<20 - 64<<10
+	resultsPart      = 1 << 20
+	maxResultsUpload = 256 << 20
+)
+
 func (a *app) bundleImportResultsCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "import-results FILE",
@@ -353,14 +365,29 @@ and continues the one imsd took before, that every job is one imsd signed for
 that agent and that every result is the one the journal recorded; then it
 records the bundle's workflow, its jobs and their results, what the install
 now runs and the audit events, so byoc install get, byoc job list and the
-console catch up. Importing the same file again changes nothing.`,
+console catch up. Importing the same file again changes nothing; a later
+file of the same bundle adds the results of steps re-run since (refused
+by the customer's controls at first), and is refused if it contradicts a
+result imsd holds.
+
+A file of up to 4 MiB goes in one call; a larger one, up to 256 MiB, in
+parts of 1 MiB, which imsd checks as they come and as a whole once all
+came, before it records anything.`,
 		Args: exactArgs("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := os.ReadFile(args[0])
+			f, err := os.Open(args[0])
 			if err != nil {
 				return err
 			}
-			install, err := resultsInstall(b)
+			defer f.Close()
+			fi, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			if fi.Size() > maxResultsUpload {
+				return fmt.Errorf("%s: %d bytes: imsd takes a results file of at most %d MiB", args[0], fi.Size(), maxResultsUpload>>20)
+			}
+			install, err := resultsInstall(f)
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
@@ -368,11 +395,28 @@ console catch up. Importing the same file again changes nothing.`,
 			if err != nil {
 				return err
 			}
-			res, err := c.ImportBundleResults(cmd.Context(), connect.NewRequest(&imsv1.ImportBundleResultsRequest{Install: install, File: b}))
-			if err != nil {
+			var r *imsv1.ImportBundleResultsResponse
+			if fi.Size() <= oneCallResults {
+				b, err := os.ReadFile(args[0])
+				if err != nil {
+					return err
+				}
+				res, err := c.ImportBundleResults(cmd.Context(), connect.NewRequest(&imsv1.ImportBundleResultsRequest{Install: install, File: b}))
+				if err != nil {
+					return c.wrap(err)
+				}
+				r = res.Msg
+			} else if r, err = uploadResults(cmd.Context(), c, install, f, fi.Size()); err != nil {
+				if connect.CodeOf(err) == connect.CodeUnimplemented {
+					return fmt.Errorf("%s: %d bytes, more than one call to imsd carries (4 MiB), and imsd at %s does not take results files in parts: it is older than this byoc; upgrade imsd", args[0], fi.Size(), c.target.server)
+				}
 				return c.wrap(err)
 			}
-			r := res.Msg
+			if n := r.GetAddedJobs(); n > 0 {
+				fmt.Fprintf(a.stdout, "added %d results to bundle %s's, imported before: workflow %s %s; the agent's journal verified (%d records, head %s)\n",
+					n, r.GetBundleId(), r.GetWorkflowId(), workflowStateWord(r.GetWorkflowState()), r.GetJournalRecords(), r.GetJournalHash())
+				return nil
+			}
 			if r.GetAlreadyImported() {
 				fmt.Fprintf(a.stdout, "results of bundle %s were imported before (workflow %s, %s); nothing changed\n", r.GetBundleId(), r.GetWorkflowId(), workflowStateWord(r.GetWorkflowState()))
 				return nil
@@ -384,14 +428,64 @@ console catch up. Importing the same file again changes nothing.`,
 	}
 }
 
+// uploadResults sends the results file f (size bytes) in parts: its
+// digests first (read once through), then each part, read again.
+func uploadResults(ctx context.Context, c *client, install string, f *os.File, size int64) (*imsv1.ImportBundleResultsResponse, error) {
+	head := &imsv1.UploadBundleResultsRequest{Install: install, Size: size, PartSize: resultsPart}
+	whole := sha256.New()
+	buf := make([]byte, resultsPart)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	for {
+		n, err := io.ReadFull(f, buf)
+		if n > 0 {
+			whole.Write(buf[:n])
+			s := sha256.Sum256(buf[:n])
+			head.PartSha256 = append(head.PartSha256, hex.EncodeToString(s[:]))
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	head.Sha256 = hex.EncodeToString(whole.Sum(nil))
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	st := c.UploadBundleResults(ctx)
+	// A send that fails means imsd ended the call: its answer says why.
+	send := func(m *imsv1.UploadBundleResultsRequest) bool { return st.Send(m) == nil }
+	if send(head) {
+		for i := range head.PartSha256 {
+			n, err := io.ReadFull(f, buf)
+			if err != nil && err != io.ErrUnexpectedEOF {
+				return nil, fmt.Errorf("read part %d: %w", i+1, err)
+			}
+			if !send(&imsv1.UploadBundleResultsRequest{Part: int32(i + 1), Data: buf[:n]}) {
+				break
+			}
+		}
+	}
+	res, err := st.CloseAndReceive()
+	if err != nil {
+		return nil, err
+	}
+	if res.Msg.GetResult() == nil {
+		return nil, fmt.Errorf("imsd answered the upload with no result")
+	}
+	return res.Msg.GetResult(), nil
+}
+
 func workflowStateWord(s imsv1.WorkflowState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_STATE_"))
 }
 
 // resultsInstall reads the install id a results file's manifest names
 // (imsd checks the signature).
-func resultsInstall(b []byte) (string, error) {
-	tr := tar.NewReader(bytes.NewReader(b))
+func resultsInstall(r io.Reader) (string, error) {
+	tr := tar.NewReader(r)
 	h, err := tr.Next()
 	if err != nil || h.Name != bundlefile.ManifestName {
 		return "", fmt.Errorf("not a results file: its first entry is not %s", bundlefile.ManifestName)

@@ -153,4 +153,29 @@ func testOfflineWorkflow(t *testing.T, e *env) {
 	if _, err := e.s.GetJob(ctx, "job-ow-web-2"); !errs.Is(err, errs.NotFound) {
 		t.Fatalf("the second record left its job: %v", err)
 	}
+
+	// A later results file adds db, not run then (RecordOfflineRerun):
+	// the workflow runs again and ends as db leaves it; db again is a
+	// Conflict that writes nothing.
+	rerun := store.OfflineRerun{WorkflowID: "wf-ow-2", AgentID: "ag-ow",
+		Ran: []store.OfflineStep{{Name: "db", Job: job("job-ow-db", "db"), Result: res, Logs: lines(1, 1, 1), Started: at(5 * time.Minute), Ended: at(6 * time.Minute),
+			StepState: store.StepSucceeded}},
+		State: store.WorkflowSucceeded, InstallState: store.InstallActive, Revision: 4,
+		Audit: store.AuditEvent{Chain: ins, At: at(7 * time.Minute), Kind: "bundle.results_imported", Actor: "imsd", Subject: "bundle:wf-ow-2"},
+		Now:   at(7 * time.Minute)}
+	ok(t, e.s.RecordOfflineRerun(ctx, rerun))
+	wf, steps = e.getWorkflow("wf-ow-2")
+	equal(t, "workflow state after the rerun", wf.State, store.WorkflowSucceeded)
+	equal(t, "db after the rerun", steps["db"].State, store.StepSucceeded)
+	equal(t, "db's job", e.job("job-ow-db").State, store.JobSucceeded)
+	in, err = e.s.GetInstall(ctx, ins)
+	ok(t, err)
+	equal(t, "install state after the rerun", in.State, store.InstallActive)
+	n = events()
+	rerun.Ran[0].Job = job("job-ow-db-2", "db")
+	wantErr(t, e.s.RecordOfflineRerun(ctx, rerun), errs.Conflict)
+	equal(t, "audit events after the refused rerun", events(), n)
+	if _, err := e.s.GetJob(ctx, "job-ow-db-2"); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("the refused rerun left its job: %v", err)
+	}
 }

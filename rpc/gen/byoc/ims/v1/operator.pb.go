@@ -7583,6 +7583,156 @@ func (x *ImportBundleResultsRequest) GetFile() []byte {
 	return nil
 }
 
+// UploadBundleResultsRequest is one message of an upload: the header
+// (first message: install, size, sha256, part_size, part_sha256), then
+// one message a part (part, data).
+type UploadBundleResultsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// install names the install (first message only).
+	Install string `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	// size is the whole file's size in bytes: at most 256 MiB.
+	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// sha256 is the whole file's SHA-256, lowercase hex.
+	Sha256 string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// part_size is every part's size but the last's (which holds the
+	// rest): 64 KiB to 2 MiB.
+	PartSize int64 `protobuf:"varint,4,opt,name=part_size,json=partSize,proto3" json:"part_size,omitempty"`
+	// part_sha256 is each part's SHA-256 (lowercase hex), in order: as
+	// many as the size takes parts of part_size.
+	PartSha256 []string `protobuf:"bytes,5,rep,name=part_sha256,json=partSha256,proto3" json:"part_sha256,omitempty"`
+	// part is this message's part number, from 1 (later messages only).
+	Part int32 `protobuf:"varint,6,opt,name=part,proto3" json:"part,omitempty"`
+	// data is part's bytes.
+	Data          []byte `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadBundleResultsRequest) Reset() {
+	*x = UploadBundleResultsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadBundleResultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadBundleResultsRequest) ProtoMessage() {}
+
+func (x *UploadBundleResultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadBundleResultsRequest.ProtoReflect.Descriptor instead.
+func (*UploadBundleResultsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *UploadBundleResultsRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *UploadBundleResultsRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *UploadBundleResultsRequest) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *UploadBundleResultsRequest) GetPartSize() int64 {
+	if x != nil {
+		return x.PartSize
+	}
+	return 0
+}
+
+func (x *UploadBundleResultsRequest) GetPartSha256() []string {
+	if x != nil {
+		return x.PartSha256
+	}
+	return nil
+}
+
+func (x *UploadBundleResultsRequest) GetPart() int32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
+func (x *UploadBundleResultsRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// UploadBundleResultsResponse holds the answer ImportBundleResults
+// gives for the same file.
+type UploadBundleResultsResponse struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Result        *ImportBundleResultsResponse `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadBundleResultsResponse) Reset() {
+	*x = UploadBundleResultsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[110]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadBundleResultsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadBundleResultsResponse) ProtoMessage() {}
+
+func (x *UploadBundleResultsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[110]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadBundleResultsResponse.ProtoReflect.Descriptor instead.
+func (*UploadBundleResultsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{110}
+}
+
+func (x *UploadBundleResultsResponse) GetResult() *ImportBundleResultsResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 type ImportBundleResultsResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	BundleId   string                 `protobuf:"bytes,1,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
@@ -7595,13 +7745,18 @@ type ImportBundleResultsResponse struct {
 	JournalRecords  int64  `protobuf:"varint,5,opt,name=journal_records,json=journalRecords,proto3" json:"journal_records,omitempty"`
 	JournalHash     string `protobuf:"bytes,6,opt,name=journal_hash,json=journalHash,proto3" json:"journal_hash,omitempty"`
 	AlreadyImported bool   `protobuf:"varint,7,opt,name=already_imported,json=alreadyImported,proto3" json:"already_imported,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// added_jobs is, for a later results file of a bundle imported
+	// before, how many results it added: steps the customer's controls
+	// refused (or that did not run) then, run at a later import of the
+	// bundle. 0 for a first import.
+	AddedJobs     int32 `protobuf:"varint,8,opt,name=added_jobs,json=addedJobs,proto3" json:"added_jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ImportBundleResultsResponse) Reset() {
 	*x = ImportBundleResultsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[109]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7613,7 +7768,7 @@ func (x *ImportBundleResultsResponse) String() string {
 func (*ImportBundleResultsResponse) ProtoMessage() {}
 
 func (x *ImportBundleResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[109]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7626,7 +7781,7 @@ func (x *ImportBundleResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportBundleResultsResponse.ProtoReflect.Descriptor instead.
 func (*ImportBundleResultsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{109}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *ImportBundleResultsResponse) GetBundleId() string {
@@ -7678,6 +7833,13 @@ func (x *ImportBundleResultsResponse) GetAlreadyImported() bool {
 	return false
 }
 
+func (x *ImportBundleResultsResponse) GetAddedJobs() int32 {
+	if x != nil {
+		return x.AddedJobs
+	}
+	return 0
+}
+
 // Build is an artifact in the vendor registry, synced or packaged by the
 // build agent: its lineage record.
 type Build struct {
@@ -7705,7 +7867,7 @@ type Build struct {
 
 func (x *Build) Reset() {
 	*x = Build{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[110]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7717,7 +7879,7 @@ func (x *Build) String() string {
 func (*Build) ProtoMessage() {}
 
 func (x *Build) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[110]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7730,7 +7892,7 @@ func (x *Build) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Build.ProtoReflect.Descriptor instead.
 func (*Build) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{110}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *Build) GetId() string {
@@ -7806,7 +7968,7 @@ type CreateBuildAgentTokenRequest struct {
 
 func (x *CreateBuildAgentTokenRequest) Reset() {
 	*x = CreateBuildAgentTokenRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[111]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7818,7 +7980,7 @@ func (x *CreateBuildAgentTokenRequest) String() string {
 func (*CreateBuildAgentTokenRequest) ProtoMessage() {}
 
 func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[111]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7831,7 +7993,7 @@ func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuildAgentTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateBuildAgentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{111}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *CreateBuildAgentTokenRequest) GetTtlSeconds() int64 {
@@ -7850,7 +8012,7 @@ type CreateBuildAgentTokenResponse struct {
 
 func (x *CreateBuildAgentTokenResponse) Reset() {
 	*x = CreateBuildAgentTokenResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[112]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7862,7 +8024,7 @@ func (x *CreateBuildAgentTokenResponse) String() string {
 func (*CreateBuildAgentTokenResponse) ProtoMessage() {}
 
 func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[112]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7875,7 +8037,7 @@ func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuildAgentTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateBuildAgentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{112}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *CreateBuildAgentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
@@ -7906,7 +8068,7 @@ type StartBuildRequest struct {
 
 func (x *StartBuildRequest) Reset() {
 	*x = StartBuildRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[113]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7918,7 +8080,7 @@ func (x *StartBuildRequest) String() string {
 func (*StartBuildRequest) ProtoMessage() {}
 
 func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[113]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7931,7 +8093,7 @@ func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBuildRequest.ProtoReflect.Descriptor instead.
 func (*StartBuildRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{113}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *StartBuildRequest) GetKind() string {
@@ -7978,7 +8140,7 @@ type StartBuildResponse struct {
 
 func (x *StartBuildResponse) Reset() {
 	*x = StartBuildResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[114]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7990,7 +8152,7 @@ func (x *StartBuildResponse) String() string {
 func (*StartBuildResponse) ProtoMessage() {}
 
 func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[114]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8003,7 +8165,7 @@ func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBuildResponse.ProtoReflect.Descriptor instead.
 func (*StartBuildResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{114}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *StartBuildResponse) GetJob() *Job {
@@ -8025,7 +8187,7 @@ type ListBuildsRequest struct {
 
 func (x *ListBuildsRequest) Reset() {
 	*x = ListBuildsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[115]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8037,7 +8199,7 @@ func (x *ListBuildsRequest) String() string {
 func (*ListBuildsRequest) ProtoMessage() {}
 
 func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[115]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8050,7 +8212,7 @@ func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuildsRequest.ProtoReflect.Descriptor instead.
 func (*ListBuildsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{115}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *ListBuildsRequest) GetRepository() string {
@@ -8077,7 +8239,7 @@ type ListBuildsResponse struct {
 
 func (x *ListBuildsResponse) Reset() {
 	*x = ListBuildsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[116]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8089,7 +8251,7 @@ func (x *ListBuildsResponse) String() string {
 func (*ListBuildsResponse) ProtoMessage() {}
 
 func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[116]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8102,7 +8264,7 @@ func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuildsResponse.ProtoReflect.Descriptor instead.
 func (*ListBuildsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{116}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *ListBuildsResponse) GetBuilds() []*Build {
@@ -8121,7 +8283,7 @@ type ListInstallImagesRequest struct {
 
 func (x *ListInstallImagesRequest) Reset() {
 	*x = ListInstallImagesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[117]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8133,7 +8295,7 @@ func (x *ListInstallImagesRequest) String() string {
 func (*ListInstallImagesRequest) ProtoMessage() {}
 
 func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[117]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8146,7 +8308,7 @@ func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallImagesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{117}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *ListInstallImagesRequest) GetInstall() string {
@@ -8186,7 +8348,7 @@ type InstallImage struct {
 
 func (x *InstallImage) Reset() {
 	*x = InstallImage{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[118]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8198,7 +8360,7 @@ func (x *InstallImage) String() string {
 func (*InstallImage) ProtoMessage() {}
 
 func (x *InstallImage) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[118]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8211,7 +8373,7 @@ func (x *InstallImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallImage.ProtoReflect.Descriptor instead.
 func (*InstallImage) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{118}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *InstallImage) GetComponent() string {
@@ -8302,7 +8464,7 @@ type ArtifactVerification struct {
 
 func (x *ArtifactVerification) Reset() {
 	*x = ArtifactVerification{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[119]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8314,7 +8476,7 @@ func (x *ArtifactVerification) String() string {
 func (*ArtifactVerification) ProtoMessage() {}
 
 func (x *ArtifactVerification) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[119]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8327,7 +8489,7 @@ func (x *ArtifactVerification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactVerification.ProtoReflect.Descriptor instead.
 func (*ArtifactVerification) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{119}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *ArtifactVerification) GetArtifact() string {
@@ -8395,7 +8557,7 @@ type ListInstallImagesResponse struct {
 
 func (x *ListInstallImagesResponse) Reset() {
 	*x = ListInstallImagesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[120]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8407,7 +8569,7 @@ func (x *ListInstallImagesResponse) String() string {
 func (*ListInstallImagesResponse) ProtoMessage() {}
 
 func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[120]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8420,7 +8582,7 @@ func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallImagesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{120}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ListInstallImagesResponse) GetImages() []*InstallImage {
@@ -8447,7 +8609,7 @@ type ListInstallArtifactsRequest struct {
 
 func (x *ListInstallArtifactsRequest) Reset() {
 	*x = ListInstallArtifactsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[121]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8459,7 +8621,7 @@ func (x *ListInstallArtifactsRequest) String() string {
 func (*ListInstallArtifactsRequest) ProtoMessage() {}
 
 func (x *ListInstallArtifactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[121]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8472,7 +8634,7 @@ func (x *ListInstallArtifactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallArtifactsRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallArtifactsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{121}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ListInstallArtifactsRequest) GetInstall() string {
@@ -8535,7 +8697,7 @@ type InstallArtifact struct {
 
 func (x *InstallArtifact) Reset() {
 	*x = InstallArtifact{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[122]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8547,7 +8709,7 @@ func (x *InstallArtifact) String() string {
 func (*InstallArtifact) ProtoMessage() {}
 
 func (x *InstallArtifact) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[122]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8560,7 +8722,7 @@ func (x *InstallArtifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallArtifact.ProtoReflect.Descriptor instead.
 func (*InstallArtifact) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{122}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *InstallArtifact) GetComponent() string {
@@ -8650,7 +8812,7 @@ type ListInstallArtifactsResponse struct {
 
 func (x *ListInstallArtifactsResponse) Reset() {
 	*x = ListInstallArtifactsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[123]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8662,7 +8824,7 @@ func (x *ListInstallArtifactsResponse) String() string {
 func (*ListInstallArtifactsResponse) ProtoMessage() {}
 
 func (x *ListInstallArtifactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[123]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8675,7 +8837,7 @@ func (x *ListInstallArtifactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallArtifactsResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallArtifactsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{123}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ListInstallArtifactsResponse) GetArtifacts() []*InstallArtifact {
@@ -8695,7 +8857,7 @@ type ListDebugCommandsRequest struct {
 
 func (x *ListDebugCommandsRequest) Reset() {
 	*x = ListDebugCommandsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[124]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8707,7 +8869,7 @@ func (x *ListDebugCommandsRequest) String() string {
 func (*ListDebugCommandsRequest) ProtoMessage() {}
 
 func (x *ListDebugCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[124]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8720,7 +8882,7 @@ func (x *ListDebugCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDebugCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListDebugCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{124}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *ListDebugCommandsRequest) GetInstall() string {
@@ -8743,7 +8905,7 @@ type ListDebugCommandsResponse struct {
 
 func (x *ListDebugCommandsResponse) Reset() {
 	*x = ListDebugCommandsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[125]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8755,7 +8917,7 @@ func (x *ListDebugCommandsResponse) String() string {
 func (*ListDebugCommandsResponse) ProtoMessage() {}
 
 func (x *ListDebugCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[125]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8768,7 +8930,7 @@ func (x *ListDebugCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDebugCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListDebugCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{125}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *ListDebugCommandsResponse) GetAppRevision() int64 {
@@ -8806,7 +8968,7 @@ type DebugCommand struct {
 
 func (x *DebugCommand) Reset() {
 	*x = DebugCommand{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[126]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8818,7 +8980,7 @@ func (x *DebugCommand) String() string {
 func (*DebugCommand) ProtoMessage() {}
 
 func (x *DebugCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[126]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8831,7 +8993,7 @@ func (x *DebugCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DebugCommand.ProtoReflect.Descriptor instead.
 func (*DebugCommand) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{126}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *DebugCommand) GetName() string {
@@ -8887,7 +9049,7 @@ type DebugArg struct {
 
 func (x *DebugArg) Reset() {
 	*x = DebugArg{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[127]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8899,7 +9061,7 @@ func (x *DebugArg) String() string {
 func (*DebugArg) ProtoMessage() {}
 
 func (x *DebugArg) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[127]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8912,7 +9074,7 @@ func (x *DebugArg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DebugArg.ProtoReflect.Descriptor instead.
 func (*DebugArg) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{127}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *DebugArg) GetName() string {
@@ -9003,7 +9165,7 @@ type RunDebugCommandRequest struct {
 
 func (x *RunDebugCommandRequest) Reset() {
 	*x = RunDebugCommandRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[128]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9015,7 +9177,7 @@ func (x *RunDebugCommandRequest) String() string {
 func (*RunDebugCommandRequest) ProtoMessage() {}
 
 func (x *RunDebugCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[128]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9028,7 +9190,7 @@ func (x *RunDebugCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDebugCommandRequest.ProtoReflect.Descriptor instead.
 func (*RunDebugCommandRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{128}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *RunDebugCommandRequest) GetInstall() string {
@@ -9078,7 +9240,7 @@ type RunDebugCommandResponse struct {
 
 func (x *RunDebugCommandResponse) Reset() {
 	*x = RunDebugCommandResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[129]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9090,7 +9252,7 @@ func (x *RunDebugCommandResponse) String() string {
 func (*RunDebugCommandResponse) ProtoMessage() {}
 
 func (x *RunDebugCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[129]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9103,7 +9265,7 @@ func (x *RunDebugCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDebugCommandResponse.ProtoReflect.Descriptor instead.
 func (*RunDebugCommandResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{129}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *RunDebugCommandResponse) GetJob() *Job {
@@ -9152,7 +9314,7 @@ type SupportRecording struct {
 
 func (x *SupportRecording) Reset() {
 	*x = SupportRecording{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9164,7 +9326,7 @@ func (x *SupportRecording) String() string {
 func (*SupportRecording) ProtoMessage() {}
 
 func (x *SupportRecording) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9177,7 +9339,7 @@ func (x *SupportRecording) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportRecording.ProtoReflect.Descriptor instead.
 func (*SupportRecording) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{130}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *SupportRecording) GetSessionId() string {
@@ -9253,7 +9415,7 @@ type ListSupportRecordingsRequest struct {
 
 func (x *ListSupportRecordingsRequest) Reset() {
 	*x = ListSupportRecordingsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9265,7 +9427,7 @@ func (x *ListSupportRecordingsRequest) String() string {
 func (*ListSupportRecordingsRequest) ProtoMessage() {}
 
 func (x *ListSupportRecordingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9278,7 +9440,7 @@ func (x *ListSupportRecordingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSupportRecordingsRequest.ProtoReflect.Descriptor instead.
 func (*ListSupportRecordingsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{131}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *ListSupportRecordingsRequest) GetInstall() string {
@@ -9297,7 +9459,7 @@ type ListSupportRecordingsResponse struct {
 
 func (x *ListSupportRecordingsResponse) Reset() {
 	*x = ListSupportRecordingsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9309,7 +9471,7 @@ func (x *ListSupportRecordingsResponse) String() string {
 func (*ListSupportRecordingsResponse) ProtoMessage() {}
 
 func (x *ListSupportRecordingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9322,7 +9484,7 @@ func (x *ListSupportRecordingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSupportRecordingsResponse.ProtoReflect.Descriptor instead.
 func (*ListSupportRecordingsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{132}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *ListSupportRecordingsResponse) GetRecordings() []*SupportRecording {
@@ -9342,7 +9504,7 @@ type GetSupportRecordingRequest struct {
 
 func (x *GetSupportRecordingRequest) Reset() {
 	*x = GetSupportRecordingRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9354,7 +9516,7 @@ func (x *GetSupportRecordingRequest) String() string {
 func (*GetSupportRecordingRequest) ProtoMessage() {}
 
 func (x *GetSupportRecordingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9367,7 +9529,7 @@ func (x *GetSupportRecordingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSupportRecordingRequest.ProtoReflect.Descriptor instead.
 func (*GetSupportRecordingRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{133}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *GetSupportRecordingRequest) GetId() string {
@@ -9388,7 +9550,7 @@ type GetSupportRecordingResponse struct {
 
 func (x *GetSupportRecordingResponse) Reset() {
 	*x = GetSupportRecordingResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9400,7 +9562,7 @@ func (x *GetSupportRecordingResponse) String() string {
 func (*GetSupportRecordingResponse) ProtoMessage() {}
 
 func (x *GetSupportRecordingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9413,7 +9575,7 @@ func (x *GetSupportRecordingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSupportRecordingResponse.ProtoReflect.Descriptor instead.
 func (*GetSupportRecordingResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{134}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *GetSupportRecordingResponse) GetRecording() *SupportRecording {
@@ -9447,7 +9609,7 @@ type SupportShellRequest struct {
 
 func (x *SupportShellRequest) Reset() {
 	*x = SupportShellRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9459,7 +9621,7 @@ func (x *SupportShellRequest) String() string {
 func (*SupportShellRequest) ProtoMessage() {}
 
 func (x *SupportShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9472,7 +9634,7 @@ func (x *SupportShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellRequest.ProtoReflect.Descriptor instead.
 func (*SupportShellRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{135}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *SupportShellRequest) GetInstall() string {
@@ -9524,7 +9686,7 @@ type SupportShellOpen struct {
 
 func (x *SupportShellOpen) Reset() {
 	*x = SupportShellOpen{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[136]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9536,7 +9698,7 @@ func (x *SupportShellOpen) String() string {
 func (*SupportShellOpen) ProtoMessage() {}
 
 func (x *SupportShellOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[136]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9549,7 +9711,7 @@ func (x *SupportShellOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellOpen.ProtoReflect.Descriptor instead.
 func (*SupportShellOpen) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{136}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *SupportShellOpen) GetComponent() string {
@@ -9591,7 +9753,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[137]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9603,7 +9765,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[137]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9616,7 +9778,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{137}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -9647,7 +9809,7 @@ type SupportShellResponse struct {
 
 func (x *SupportShellResponse) Reset() {
 	*x = SupportShellResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[138]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9659,7 +9821,7 @@ func (x *SupportShellResponse) String() string {
 func (*SupportShellResponse) ProtoMessage() {}
 
 func (x *SupportShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[138]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9672,7 +9834,7 @@ func (x *SupportShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellResponse.ProtoReflect.Descriptor instead.
 func (*SupportShellResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{138}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *SupportShellResponse) GetSessionId() string {
@@ -9713,7 +9875,7 @@ type SupportShellStarted struct {
 
 func (x *SupportShellStarted) Reset() {
 	*x = SupportShellStarted{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[139]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9725,7 +9887,7 @@ func (x *SupportShellStarted) String() string {
 func (*SupportShellStarted) ProtoMessage() {}
 
 func (x *SupportShellStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[139]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9738,7 +9900,7 @@ func (x *SupportShellStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellStarted.ProtoReflect.Descriptor instead.
 func (*SupportShellStarted) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{139}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *SupportShellStarted) GetGrantId() string {
@@ -9770,7 +9932,7 @@ type SupportShellEnded struct {
 
 func (x *SupportShellEnded) Reset() {
 	*x = SupportShellEnded{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[140]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9782,7 +9944,7 @@ func (x *SupportShellEnded) String() string {
 func (*SupportShellEnded) ProtoMessage() {}
 
 func (x *SupportShellEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[140]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9795,7 +9957,7 @@ func (x *SupportShellEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellEnded.ProtoReflect.Descriptor instead.
 func (*SupportShellEnded) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{140}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *SupportShellEnded) GetReason() string {
@@ -10431,7 +10593,18 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\"J\n" +
 	"\x1aImportBundleResultsRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x12\n" +
-	"\x04file\x18\x02 \x01(\fR\x04file\"\xa9\x02\n" +
+	"\x04file\x18\x02 \x01(\fR\x04file\"\xc8\x01\n" +
+	"\x1aUploadBundleResultsRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x1b\n" +
+	"\tpart_size\x18\x04 \x01(\x03R\bpartSize\x12\x1f\n" +
+	"\vpart_sha256\x18\x05 \x03(\tR\n" +
+	"partSha256\x12\x12\n" +
+	"\x04part\x18\x06 \x01(\x05R\x04part\x12\x12\n" +
+	"\x04data\x18\a \x01(\fR\x04data\"_\n" +
+	"\x1bUploadBundleResultsResponse\x12@\n" +
+	"\x06result\x18\x01 \x01(\v2(.byoc.ims.v1.ImportBundleResultsResponseR\x06result\"\xc8\x02\n" +
 	"\x1bImportBundleResultsResponse\x12\x1b\n" +
 	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\x12\x1f\n" +
 	"\vworkflow_id\x18\x02 \x01(\tR\n" +
@@ -10440,7 +10613,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04jobs\x18\x04 \x01(\x05R\x04jobs\x12'\n" +
 	"\x0fjournal_records\x18\x05 \x01(\x03R\x0ejournalRecords\x12!\n" +
 	"\fjournal_hash\x18\x06 \x01(\tR\vjournalHash\x12)\n" +
-	"\x10already_imported\x18\a \x01(\bR\x0falreadyImported\"\x90\x02\n" +
+	"\x10already_imported\x18\a \x01(\bR\x0falreadyImported\x12\x1d\n" +
+	"\n" +
+	"added_jobs\x18\b \x01(\x05R\taddedJobs\"\x90\x02\n" +
 	"\x05Build\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -10638,7 +10813,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xac3\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\x984\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12P\n" +
 	"\vCheckAccess\x12\x1f.byoc.ims.v1.CheckAccessRequest\x1a .byoc.ims.v1.CheckAccessResponse\x12Y\n" +
@@ -10711,7 +10886,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\fCreateBundle\x12 .byoc.ims.v1.CreateBundleRequest\x1a!.byoc.ims.v1.CreateBundleResponse\x12M\n" +
 	"\n" +
 	"SignBundle\x12\x1e.byoc.ims.v1.SignBundleRequest\x1a\x1f.byoc.ims.v1.SignBundleResponse\x12h\n" +
-	"\x13ImportBundleResults\x12'.byoc.ims.v1.ImportBundleResultsRequest\x1a(.byoc.ims.v1.ImportBundleResultsResponse\x12n\n" +
+	"\x13ImportBundleResults\x12'.byoc.ims.v1.ImportBundleResultsRequest\x1a(.byoc.ims.v1.ImportBundleResultsResponse\x12j\n" +
+	"\x13UploadBundleResults\x12'.byoc.ims.v1.UploadBundleResultsRequest\x1a(.byoc.ims.v1.UploadBundleResultsResponse(\x01\x12n\n" +
 	"\x15CreateBuildAgentToken\x12).byoc.ims.v1.CreateBuildAgentTokenRequest\x1a*.byoc.ims.v1.CreateBuildAgentTokenResponse\x12M\n" +
 	"\n" +
 	"StartBuild\x12\x1e.byoc.ims.v1.StartBuildRequest\x1a\x1f.byoc.ims.v1.StartBuildResponse\x12M\n" +
@@ -10734,7 +10910,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 153)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 155)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -10848,195 +11024,197 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*SignBundleRequest)(nil),             // 109: byoc.ims.v1.SignBundleRequest
 	(*SignBundleResponse)(nil),            // 110: byoc.ims.v1.SignBundleResponse
 	(*ImportBundleResultsRequest)(nil),    // 111: byoc.ims.v1.ImportBundleResultsRequest
-	(*ImportBundleResultsResponse)(nil),   // 112: byoc.ims.v1.ImportBundleResultsResponse
-	(*Build)(nil),                         // 113: byoc.ims.v1.Build
-	(*CreateBuildAgentTokenRequest)(nil),  // 114: byoc.ims.v1.CreateBuildAgentTokenRequest
-	(*CreateBuildAgentTokenResponse)(nil), // 115: byoc.ims.v1.CreateBuildAgentTokenResponse
-	(*StartBuildRequest)(nil),             // 116: byoc.ims.v1.StartBuildRequest
-	(*StartBuildResponse)(nil),            // 117: byoc.ims.v1.StartBuildResponse
-	(*ListBuildsRequest)(nil),             // 118: byoc.ims.v1.ListBuildsRequest
-	(*ListBuildsResponse)(nil),            // 119: byoc.ims.v1.ListBuildsResponse
-	(*ListInstallImagesRequest)(nil),      // 120: byoc.ims.v1.ListInstallImagesRequest
-	(*InstallImage)(nil),                  // 121: byoc.ims.v1.InstallImage
-	(*ArtifactVerification)(nil),          // 122: byoc.ims.v1.ArtifactVerification
-	(*ListInstallImagesResponse)(nil),     // 123: byoc.ims.v1.ListInstallImagesResponse
-	(*ListInstallArtifactsRequest)(nil),   // 124: byoc.ims.v1.ListInstallArtifactsRequest
-	(*InstallArtifact)(nil),               // 125: byoc.ims.v1.InstallArtifact
-	(*ListInstallArtifactsResponse)(nil),  // 126: byoc.ims.v1.ListInstallArtifactsResponse
-	(*ListDebugCommandsRequest)(nil),      // 127: byoc.ims.v1.ListDebugCommandsRequest
-	(*ListDebugCommandsResponse)(nil),     // 128: byoc.ims.v1.ListDebugCommandsResponse
-	(*DebugCommand)(nil),                  // 129: byoc.ims.v1.DebugCommand
-	(*DebugArg)(nil),                      // 130: byoc.ims.v1.DebugArg
-	(*RunDebugCommandRequest)(nil),        // 131: byoc.ims.v1.RunDebugCommandRequest
-	(*RunDebugCommandResponse)(nil),       // 132: byoc.ims.v1.RunDebugCommandResponse
-	(*SupportRecording)(nil),              // 133: byoc.ims.v1.SupportRecording
-	(*ListSupportRecordingsRequest)(nil),  // 134: byoc.ims.v1.ListSupportRecordingsRequest
-	(*ListSupportRecordingsResponse)(nil), // 135: byoc.ims.v1.ListSupportRecordingsResponse
-	(*GetSupportRecordingRequest)(nil),    // 136: byoc.ims.v1.GetSupportRecordingRequest
-	(*GetSupportRecordingResponse)(nil),   // 137: byoc.ims.v1.GetSupportRecordingResponse
-	(*SupportShellRequest)(nil),           // 138: byoc.ims.v1.SupportShellRequest
-	(*SupportShellOpen)(nil),              // 139: byoc.ims.v1.SupportShellOpen
-	(*TerminalSize)(nil),                  // 140: byoc.ims.v1.TerminalSize
-	(*SupportShellResponse)(nil),          // 141: byoc.ims.v1.SupportShellResponse
-	(*SupportShellStarted)(nil),           // 142: byoc.ims.v1.SupportShellStarted
-	(*SupportShellEnded)(nil),             // 143: byoc.ims.v1.SupportShellEnded
-	nil,                                   // 144: byoc.ims.v1.StackReport.InputsEntry
-	nil,                                   // 145: byoc.ims.v1.StackReport.OutputsEntry
-	nil,                                   // 146: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 147: byoc.ims.v1.Install.LabelsEntry
-	nil,                                   // 148: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 149: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 150: byoc.ims.v1.CreateInstallRequest.LabelsEntry
-	nil,                                   // 151: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 152: byoc.ims.v1.LabelInstallRequest.SetEntry
-	nil,                                   // 153: byoc.ims.v1.Job.OutputsEntry
-	nil,                                   // 154: byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
-	nil,                                   // 155: byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
-	(*timestamppb.Timestamp)(nil),         // 156: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 157: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 158: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 159: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 160: google.protobuf.Value
-	(WorkflowState)(0),                    // 161: byoc.ims.v1.WorkflowState
-	(*PlanInstallRequest)(nil),            // 162: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 163: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 164: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 165: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 166: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 167: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 168: byoc.ims.v1.RetryWorkflowStepRequest
-	(*CreateReleaseRequest)(nil),          // 169: byoc.ims.v1.CreateReleaseRequest
-	(*ListReleasesRequest)(nil),           // 170: byoc.ims.v1.ListReleasesRequest
-	(*GetReleaseRequest)(nil),             // 171: byoc.ims.v1.GetReleaseRequest
-	(*ApproveReleaseRequest)(nil),         // 172: byoc.ims.v1.ApproveReleaseRequest
-	(*PauseReleaseRequest)(nil),           // 173: byoc.ims.v1.PauseReleaseRequest
-	(*ResumeReleaseRequest)(nil),          // 174: byoc.ims.v1.ResumeReleaseRequest
-	(*CancelReleaseRequest)(nil),          // 175: byoc.ims.v1.CancelReleaseRequest
-	(*RetryReleaseRequest)(nil),           // 176: byoc.ims.v1.RetryReleaseRequest
-	(*RollbackReleaseRequest)(nil),        // 177: byoc.ims.v1.RollbackReleaseRequest
-	(*ListActionsRequest)(nil),            // 178: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 179: byoc.ims.v1.StartActionRunRequest
-	(*GetTelemetryRequest)(nil),           // 180: byoc.ims.v1.GetTelemetryRequest
-	(*ListActionRunsRequest)(nil),         // 181: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 182: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 183: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 184: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 185: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 186: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 187: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 188: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 189: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 190: byoc.ims.v1.RetryWorkflowStepResponse
-	(*CreateReleaseResponse)(nil),         // 191: byoc.ims.v1.CreateReleaseResponse
-	(*ListReleasesResponse)(nil),          // 192: byoc.ims.v1.ListReleasesResponse
-	(*GetReleaseResponse)(nil),            // 193: byoc.ims.v1.GetReleaseResponse
-	(*ApproveReleaseResponse)(nil),        // 194: byoc.ims.v1.ApproveReleaseResponse
-	(*PauseReleaseResponse)(nil),          // 195: byoc.ims.v1.PauseReleaseResponse
-	(*ResumeReleaseResponse)(nil),         // 196: byoc.ims.v1.ResumeReleaseResponse
-	(*CancelReleaseResponse)(nil),         // 197: byoc.ims.v1.CancelReleaseResponse
-	(*RetryReleaseResponse)(nil),          // 198: byoc.ims.v1.RetryReleaseResponse
-	(*RollbackReleaseResponse)(nil),       // 199: byoc.ims.v1.RollbackReleaseResponse
-	(*ListActionsResponse)(nil),           // 200: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 201: byoc.ims.v1.StartActionRunResponse
-	(*GetTelemetryResponse)(nil),          // 202: byoc.ims.v1.GetTelemetryResponse
-	(*ListActionRunsResponse)(nil),        // 203: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 204: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 205: byoc.ims.v1.ListAuditEventsResponse
+	(*UploadBundleResultsRequest)(nil),    // 112: byoc.ims.v1.UploadBundleResultsRequest
+	(*UploadBundleResultsResponse)(nil),   // 113: byoc.ims.v1.UploadBundleResultsResponse
+	(*ImportBundleResultsResponse)(nil),   // 114: byoc.ims.v1.ImportBundleResultsResponse
+	(*Build)(nil),                         // 115: byoc.ims.v1.Build
+	(*CreateBuildAgentTokenRequest)(nil),  // 116: byoc.ims.v1.CreateBuildAgentTokenRequest
+	(*CreateBuildAgentTokenResponse)(nil), // 117: byoc.ims.v1.CreateBuildAgentTokenResponse
+	(*StartBuildRequest)(nil),             // 118: byoc.ims.v1.StartBuildRequest
+	(*StartBuildResponse)(nil),            // 119: byoc.ims.v1.StartBuildResponse
+	(*ListBuildsRequest)(nil),             // 120: byoc.ims.v1.ListBuildsRequest
+	(*ListBuildsResponse)(nil),            // 121: byoc.ims.v1.ListBuildsResponse
+	(*ListInstallImagesRequest)(nil),      // 122: byoc.ims.v1.ListInstallImagesRequest
+	(*InstallImage)(nil),                  // 123: byoc.ims.v1.InstallImage
+	(*ArtifactVerification)(nil),          // 124: byoc.ims.v1.ArtifactVerification
+	(*ListInstallImagesResponse)(nil),     // 125: byoc.ims.v1.ListInstallImagesResponse
+	(*ListInstallArtifactsRequest)(nil),   // 126: byoc.ims.v1.ListInstallArtifactsRequest
+	(*InstallArtifact)(nil),               // 127: byoc.ims.v1.InstallArtifact
+	(*ListInstallArtifactsResponse)(nil),  // 128: byoc.ims.v1.ListInstallArtifactsResponse
+	(*ListDebugCommandsRequest)(nil),      // 129: byoc.ims.v1.ListDebugCommandsRequest
+	(*ListDebugCommandsResponse)(nil),     // 130: byoc.ims.v1.ListDebugCommandsResponse
+	(*DebugCommand)(nil),                  // 131: byoc.ims.v1.DebugCommand
+	(*DebugArg)(nil),                      // 132: byoc.ims.v1.DebugArg
+	(*RunDebugCommandRequest)(nil),        // 133: byoc.ims.v1.RunDebugCommandRequest
+	(*RunDebugCommandResponse)(nil),       // 134: byoc.ims.v1.RunDebugCommandResponse
+	(*SupportRecording)(nil),              // 135: byoc.ims.v1.SupportRecording
+	(*ListSupportRecordingsRequest)(nil),  // 136: byoc.ims.v1.ListSupportRecordingsRequest
+	(*ListSupportRecordingsResponse)(nil), // 137: byoc.ims.v1.ListSupportRecordingsResponse
+	(*GetSupportRecordingRequest)(nil),    // 138: byoc.ims.v1.GetSupportRecordingRequest
+	(*GetSupportRecordingResponse)(nil),   // 139: byoc.ims.v1.GetSupportRecordingResponse
+	(*SupportShellRequest)(nil),           // 140: byoc.ims.v1.SupportShellRequest
+	(*SupportShellOpen)(nil),              // 141: byoc.ims.v1.SupportShellOpen
+	(*TerminalSize)(nil),                  // 142: byoc.ims.v1.TerminalSize
+	(*SupportShellResponse)(nil),          // 143: byoc.ims.v1.SupportShellResponse
+	(*SupportShellStarted)(nil),           // 144: byoc.ims.v1.SupportShellStarted
+	(*SupportShellEnded)(nil),             // 145: byoc.ims.v1.SupportShellEnded
+	nil,                                   // 146: byoc.ims.v1.StackReport.InputsEntry
+	nil,                                   // 147: byoc.ims.v1.StackReport.OutputsEntry
+	nil,                                   // 148: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 149: byoc.ims.v1.Install.LabelsEntry
+	nil,                                   // 150: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 151: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 152: byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	nil,                                   // 153: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 154: byoc.ims.v1.LabelInstallRequest.SetEntry
+	nil,                                   // 155: byoc.ims.v1.Job.OutputsEntry
+	nil,                                   // 156: byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
+	nil,                                   // 157: byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
+	(*timestamppb.Timestamp)(nil),         // 158: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 159: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 160: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 161: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 162: google.protobuf.Value
+	(WorkflowState)(0),                    // 163: byoc.ims.v1.WorkflowState
+	(*PlanInstallRequest)(nil),            // 164: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 165: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 166: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 167: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 168: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 169: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 170: byoc.ims.v1.RetryWorkflowStepRequest
+	(*CreateReleaseRequest)(nil),          // 171: byoc.ims.v1.CreateReleaseRequest
+	(*ListReleasesRequest)(nil),           // 172: byoc.ims.v1.ListReleasesRequest
+	(*GetReleaseRequest)(nil),             // 173: byoc.ims.v1.GetReleaseRequest
+	(*ApproveReleaseRequest)(nil),         // 174: byoc.ims.v1.ApproveReleaseRequest
+	(*PauseReleaseRequest)(nil),           // 175: byoc.ims.v1.PauseReleaseRequest
+	(*ResumeReleaseRequest)(nil),          // 176: byoc.ims.v1.ResumeReleaseRequest
+	(*CancelReleaseRequest)(nil),          // 177: byoc.ims.v1.CancelReleaseRequest
+	(*RetryReleaseRequest)(nil),           // 178: byoc.ims.v1.RetryReleaseRequest
+	(*RollbackReleaseRequest)(nil),        // 179: byoc.ims.v1.RollbackReleaseRequest
+	(*ListActionsRequest)(nil),            // 180: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 181: byoc.ims.v1.StartActionRunRequest
+	(*GetTelemetryRequest)(nil),           // 182: byoc.ims.v1.GetTelemetryRequest
+	(*ListActionRunsRequest)(nil),         // 183: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 184: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 185: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 186: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 187: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 188: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 189: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 190: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 191: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 192: byoc.ims.v1.RetryWorkflowStepResponse
+	(*CreateReleaseResponse)(nil),         // 193: byoc.ims.v1.CreateReleaseResponse
+	(*ListReleasesResponse)(nil),          // 194: byoc.ims.v1.ListReleasesResponse
+	(*GetReleaseResponse)(nil),            // 195: byoc.ims.v1.GetReleaseResponse
+	(*ApproveReleaseResponse)(nil),        // 196: byoc.ims.v1.ApproveReleaseResponse
+	(*PauseReleaseResponse)(nil),          // 197: byoc.ims.v1.PauseReleaseResponse
+	(*ResumeReleaseResponse)(nil),         // 198: byoc.ims.v1.ResumeReleaseResponse
+	(*CancelReleaseResponse)(nil),         // 199: byoc.ims.v1.CancelReleaseResponse
+	(*RetryReleaseResponse)(nil),          // 200: byoc.ims.v1.RetryReleaseResponse
+	(*RollbackReleaseResponse)(nil),       // 201: byoc.ims.v1.RollbackReleaseResponse
+	(*ListActionsResponse)(nil),           // 202: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 203: byoc.ims.v1.StartActionRunResponse
+	(*GetTelemetryResponse)(nil),          // 204: byoc.ims.v1.GetTelemetryResponse
+	(*ListActionRunsResponse)(nil),        // 205: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 206: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 207: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.RoleGrant.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	3,   // 2: byoc.ims.v1.WhoAmIResponse.grants:type_name -> byoc.ims.v1.RoleGrant
-	156, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
+	158, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
 	3,   // 4: byoc.ims.v1.CheckAccessResponse.grant:type_name -> byoc.ims.v1.RoleGrant
 	0,   // 5: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
 	10,  // 6: byoc.ims.v1.CreateApiTokenResponse.info:type_name -> byoc.ims.v1.ApiToken
 	3,   // 7: byoc.ims.v1.ApiToken.grant:type_name -> byoc.ims.v1.RoleGrant
-	156, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
-	156, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
-	156, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
+	158, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
+	158, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
+	158, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
 	10,  // 11: byoc.ims.v1.ListApiTokensResponse.tokens:type_name -> byoc.ims.v1.ApiToken
 	10,  // 12: byoc.ims.v1.RevokeApiTokenResponse.token:type_name -> byoc.ims.v1.ApiToken
-	156, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	158, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	17,  // 14: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	17,  // 15: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	17,  // 16: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	156, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	156, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	156, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	158, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	158, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	158, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	28,  // 20: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
 	27,  // 21: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
-	156, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
-	156, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
-	156, // 24: byoc.ims.v1.AgentStatus.key_rotate_time:type_name -> google.protobuf.Timestamp
+	158, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
+	158, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
+	158, // 24: byoc.ims.v1.AgentStatus.key_rotate_time:type_name -> google.protobuf.Timestamp
 	25,  // 25: byoc.ims.v1.AgentStatus.update:type_name -> byoc.ims.v1.AgentUpdate
 	26,  // 26: byoc.ims.v1.AgentStatus.update_offer:type_name -> byoc.ims.v1.AgentUpdateOffer
-	156, // 27: byoc.ims.v1.AgentUpdate.last_time:type_name -> google.protobuf.Timestamp
-	156, // 28: byoc.ims.v1.AgentUpdate.report_time:type_name -> google.protobuf.Timestamp
-	156, // 29: byoc.ims.v1.AgentUpdateOffer.offer_time:type_name -> google.protobuf.Timestamp
-	144, // 30: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	145, // 31: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	156, // 32: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	156, // 33: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	156, // 34: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	146, // 35: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	156, // 36: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	158, // 27: byoc.ims.v1.AgentUpdate.last_time:type_name -> google.protobuf.Timestamp
+	158, // 28: byoc.ims.v1.AgentUpdate.report_time:type_name -> google.protobuf.Timestamp
+	158, // 29: byoc.ims.v1.AgentUpdateOffer.offer_time:type_name -> google.protobuf.Timestamp
+	146, // 30: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	147, // 31: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	158, // 32: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	158, // 33: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	158, // 34: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	148, // 35: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	158, // 36: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	24,  // 37: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	30,  // 38: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	157, // 39: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	147, // 40: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
-	148, // 41: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	149, // 42: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	150, // 43: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	159, // 39: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	149, // 40: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
+	150, // 41: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	151, // 42: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	152, // 43: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
 	29,  // 44: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	33,  // 45: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	156, // 46: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	158, // 46: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	29,  // 47: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	29,  // 48: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	58,  // 49: byoc.ims.v1.CheckInstallDriftResponse.jobs:type_name -> byoc.ims.v1.Job
 	58,  // 50: byoc.ims.v1.ImportComponentResponse.job:type_name -> byoc.ims.v1.Job
 	44,  // 51: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	156, // 52: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	158, // 52: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
 	60,  // 53: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	156, // 54: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	158, // 54: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
 	29,  // 55: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	45,  // 56: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	151, // 57: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	153, // 57: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	29,  // 58: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	158, // 59: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	160, // 59: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	33,  // 60: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	152, // 61: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
+	154, // 61: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
 	29,  // 62: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
-	159, // 63: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	161, // 63: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 64: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	156, // 65: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	156, // 66: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	156, // 67: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	156, // 68: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	153, // 69: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	158, // 65: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	158, // 66: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	158, // 67: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	158, // 68: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	155, // 69: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	60,  // 70: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
 	59,  // 71: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	160, // 72: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	160, // 73: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	159, // 74: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	162, // 72: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	162, // 73: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	161, // 74: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	58,  // 75: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	61,  // 76: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	58,  // 77: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 78: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	58,  // 79: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	58,  // 80: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	156, // 81: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	158, // 81: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 82: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	69,  // 83: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	58,  // 84: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	58,  // 85: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	156, // 86: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	158, // 86: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	74,  // 87: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	17,  // 88: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	75,  // 89: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	84,  // 90: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	78,  // 91: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	158, // 92: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	160, // 92: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	29,  // 93: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	33,  // 94: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	75,  // 95: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
@@ -11045,201 +11223,204 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	84,  // 98: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
 	85,  // 99: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
 	86,  // 100: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	160, // 101: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	160, // 102: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	156, // 103: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	162, // 101: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	162, // 102: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	158, // 103: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
 	88,  // 104: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	88,  // 105: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
 	88,  // 106: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
 	88,  // 107: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	101, // 108: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
 	101, // 109: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	156, // 110: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	156, // 111: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	156, // 112: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	156, // 113: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	156, // 114: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	158, // 110: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	158, // 111: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	158, // 112: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	158, // 113: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	158, // 114: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	104, // 115: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
 	74,  // 116: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	161, // 117: byoc.ims.v1.ImportBundleResultsResponse.workflow_state:type_name -> byoc.ims.v1.WorkflowState
-	156, // 118: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
-	33,  // 119: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	58,  // 120: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
-	113, // 121: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
-	113, // 122: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	156, // 123: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
-	122, // 124: byoc.ims.v1.InstallImage.verification:type_name -> byoc.ims.v1.ArtifactVerification
-	156, // 125: byoc.ims.v1.ArtifactVerification.verify_time:type_name -> google.protobuf.Timestamp
-	121, // 126: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
-	122, // 127: byoc.ims.v1.InstallArtifact.verification:type_name -> byoc.ims.v1.ArtifactVerification
-	125, // 128: byoc.ims.v1.ListInstallArtifactsResponse.artifacts:type_name -> byoc.ims.v1.InstallArtifact
-	129, // 129: byoc.ims.v1.ListDebugCommandsResponse.commands:type_name -> byoc.ims.v1.DebugCommand
-	130, // 130: byoc.ims.v1.DebugCommand.args:type_name -> byoc.ims.v1.DebugArg
-	154, // 131: byoc.ims.v1.RunDebugCommandRequest.args:type_name -> byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
-	58,  // 132: byoc.ims.v1.RunDebugCommandResponse.job:type_name -> byoc.ims.v1.Job
-	155, // 133: byoc.ims.v1.RunDebugCommandResponse.args:type_name -> byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
-	156, // 134: byoc.ims.v1.SupportRecording.start_time:type_name -> google.protobuf.Timestamp
-	156, // 135: byoc.ims.v1.SupportRecording.end_time:type_name -> google.protobuf.Timestamp
-	133, // 136: byoc.ims.v1.ListSupportRecordingsResponse.recordings:type_name -> byoc.ims.v1.SupportRecording
-	133, // 137: byoc.ims.v1.GetSupportRecordingResponse.recording:type_name -> byoc.ims.v1.SupportRecording
-	139, // 138: byoc.ims.v1.SupportShellRequest.open:type_name -> byoc.ims.v1.SupportShellOpen
-	140, // 139: byoc.ims.v1.SupportShellRequest.resize:type_name -> byoc.ims.v1.TerminalSize
-	140, // 140: byoc.ims.v1.SupportShellOpen.size:type_name -> byoc.ims.v1.TerminalSize
-	142, // 141: byoc.ims.v1.SupportShellResponse.started:type_name -> byoc.ims.v1.SupportShellStarted
-	143, // 142: byoc.ims.v1.SupportShellResponse.ended:type_name -> byoc.ims.v1.SupportShellEnded
-	156, // 143: byoc.ims.v1.SupportShellStarted.grant_expire_time:type_name -> google.protobuf.Timestamp
-	159, // 144: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	4,   // 145: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	6,   // 146: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
-	8,   // 147: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	11,  // 148: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
-	13,  // 149: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
-	15,  // 150: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
-	18,  // 151: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	20,  // 152: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	22,  // 153: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	76,  // 154: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	79,  // 155: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	81,  // 156: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	31,  // 157: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	34,  // 158: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	36,  // 159: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	42,  // 160: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	38,  // 161: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
-	40,  // 162: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
-	46,  // 163: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	54,  // 164: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	56,  // 165: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
-	48,  // 166: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
-	49,  // 167: byoc.ims.v1.OperatorService.OfferAgentUpdate:input_type -> byoc.ims.v1.OfferAgentUpdateRequest
-	52,  // 168: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	162, // 169: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	163, // 170: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	164, // 171: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	165, // 172: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	166, // 173: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	167, // 174: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	168, // 175: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	169, // 176: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
-	170, // 177: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
-	171, // 178: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
-	172, // 179: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
-	173, // 180: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
-	174, // 181: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
-	175, // 182: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
-	176, // 183: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
-	177, // 184: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
-	61,  // 185: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	63,  // 186: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	65,  // 187: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	67,  // 188: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	70,  // 189: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	72,  // 190: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	89,  // 191: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	91,  // 192: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	93,  // 193: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	95,  // 194: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	178, // 195: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	179, // 196: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	127, // 197: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
-	131, // 198: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
-	180, // 199: byoc.ims.v1.OperatorService.GetTelemetry:input_type -> byoc.ims.v1.GetTelemetryRequest
-	138, // 200: byoc.ims.v1.OperatorService.SupportShell:input_type -> byoc.ims.v1.SupportShellRequest
-	134, // 201: byoc.ims.v1.OperatorService.ListSupportRecordings:input_type -> byoc.ims.v1.ListSupportRecordingsRequest
-	136, // 202: byoc.ims.v1.OperatorService.GetSupportRecording:input_type -> byoc.ims.v1.GetSupportRecordingRequest
-	181, // 203: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	182, // 204: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	97,  // 205: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	99,  // 206: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	102, // 207: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	183, // 208: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	105, // 209: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	107, // 210: byoc.ims.v1.OperatorService.CreateBundle:input_type -> byoc.ims.v1.CreateBundleRequest
-	109, // 211: byoc.ims.v1.OperatorService.SignBundle:input_type -> byoc.ims.v1.SignBundleRequest
-	111, // 212: byoc.ims.v1.OperatorService.ImportBundleResults:input_type -> byoc.ims.v1.ImportBundleResultsRequest
-	114, // 213: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	116, // 214: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	118, // 215: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	120, // 216: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	124, // 217: byoc.ims.v1.OperatorService.ListInstallArtifacts:input_type -> byoc.ims.v1.ListInstallArtifactsRequest
-	5,   // 218: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	7,   // 219: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
-	9,   // 220: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	12,  // 221: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
-	14,  // 222: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
-	16,  // 223: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
-	19,  // 224: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	21,  // 225: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	23,  // 226: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	77,  // 227: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	80,  // 228: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	82,  // 229: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	32,  // 230: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	35,  // 231: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	37,  // 232: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	43,  // 233: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	39,  // 234: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
-	41,  // 235: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
-	47,  // 236: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	55,  // 237: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	57,  // 238: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	51,  // 239: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
-	50,  // 240: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
-	53,  // 241: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	184, // 242: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	185, // 243: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	186, // 244: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	187, // 245: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	188, // 246: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	189, // 247: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	190, // 248: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	191, // 249: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
-	192, // 250: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
-	193, // 251: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
-	194, // 252: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
-	195, // 253: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
-	196, // 254: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
-	197, // 255: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
-	198, // 256: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
-	199, // 257: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
-	62,  // 258: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	64,  // 259: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	66,  // 260: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	68,  // 261: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	71,  // 262: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	73,  // 263: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	90,  // 264: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	92,  // 265: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	94,  // 266: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	96,  // 267: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	200, // 268: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	201, // 269: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	128, // 270: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
-	132, // 271: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
-	202, // 272: byoc.ims.v1.OperatorService.GetTelemetry:output_type -> byoc.ims.v1.GetTelemetryResponse
-	141, // 273: byoc.ims.v1.OperatorService.SupportShell:output_type -> byoc.ims.v1.SupportShellResponse
-	135, // 274: byoc.ims.v1.OperatorService.ListSupportRecordings:output_type -> byoc.ims.v1.ListSupportRecordingsResponse
-	137, // 275: byoc.ims.v1.OperatorService.GetSupportRecording:output_type -> byoc.ims.v1.GetSupportRecordingResponse
-	203, // 276: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	204, // 277: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	98,  // 278: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	100, // 279: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	103, // 280: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	205, // 281: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	106, // 282: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	108, // 283: byoc.ims.v1.OperatorService.CreateBundle:output_type -> byoc.ims.v1.CreateBundleResponse
-	110, // 284: byoc.ims.v1.OperatorService.SignBundle:output_type -> byoc.ims.v1.SignBundleResponse
-	112, // 285: byoc.ims.v1.OperatorService.ImportBundleResults:output_type -> byoc.ims.v1.ImportBundleResultsResponse
-	115, // 286: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	117, // 287: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	119, // 288: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	123, // 289: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	126, // 290: byoc.ims.v1.OperatorService.ListInstallArtifacts:output_type -> byoc.ims.v1.ListInstallArtifactsResponse
-	218, // [218:291] is the sub-list for method output_type
-	145, // [145:218] is the sub-list for method input_type
-	145, // [145:145] is the sub-list for extension type_name
-	145, // [145:145] is the sub-list for extension extendee
-	0,   // [0:145] is the sub-list for field type_name
+	114, // 117: byoc.ims.v1.UploadBundleResultsResponse.result:type_name -> byoc.ims.v1.ImportBundleResultsResponse
+	163, // 118: byoc.ims.v1.ImportBundleResultsResponse.workflow_state:type_name -> byoc.ims.v1.WorkflowState
+	158, // 119: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	33,  // 120: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	58,  // 121: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	115, // 122: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	115, // 123: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	158, // 124: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	124, // 125: byoc.ims.v1.InstallImage.verification:type_name -> byoc.ims.v1.ArtifactVerification
+	158, // 126: byoc.ims.v1.ArtifactVerification.verify_time:type_name -> google.protobuf.Timestamp
+	123, // 127: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	124, // 128: byoc.ims.v1.InstallArtifact.verification:type_name -> byoc.ims.v1.ArtifactVerification
+	127, // 129: byoc.ims.v1.ListInstallArtifactsResponse.artifacts:type_name -> byoc.ims.v1.InstallArtifact
+	131, // 130: byoc.ims.v1.ListDebugCommandsResponse.commands:type_name -> byoc.ims.v1.DebugCommand
+	132, // 131: byoc.ims.v1.DebugCommand.args:type_name -> byoc.ims.v1.DebugArg
+	156, // 132: byoc.ims.v1.RunDebugCommandRequest.args:type_name -> byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
+	58,  // 133: byoc.ims.v1.RunDebugCommandResponse.job:type_name -> byoc.ims.v1.Job
+	157, // 134: byoc.ims.v1.RunDebugCommandResponse.args:type_name -> byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
+	158, // 135: byoc.ims.v1.SupportRecording.start_time:type_name -> google.protobuf.Timestamp
+	158, // 136: byoc.ims.v1.SupportRecording.end_time:type_name -> google.protobuf.Timestamp
+	135, // 137: byoc.ims.v1.ListSupportRecordingsResponse.recordings:type_name -> byoc.ims.v1.SupportRecording
+	135, // 138: byoc.ims.v1.GetSupportRecordingResponse.recording:type_name -> byoc.ims.v1.SupportRecording
+	141, // 139: byoc.ims.v1.SupportShellRequest.open:type_name -> byoc.ims.v1.SupportShellOpen
+	142, // 140: byoc.ims.v1.SupportShellRequest.resize:type_name -> byoc.ims.v1.TerminalSize
+	142, // 141: byoc.ims.v1.SupportShellOpen.size:type_name -> byoc.ims.v1.TerminalSize
+	144, // 142: byoc.ims.v1.SupportShellResponse.started:type_name -> byoc.ims.v1.SupportShellStarted
+	145, // 143: byoc.ims.v1.SupportShellResponse.ended:type_name -> byoc.ims.v1.SupportShellEnded
+	158, // 144: byoc.ims.v1.SupportShellStarted.grant_expire_time:type_name -> google.protobuf.Timestamp
+	161, // 145: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	4,   // 146: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	6,   // 147: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
+	8,   // 148: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	11,  // 149: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
+	13,  // 150: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
+	15,  // 151: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
+	18,  // 152: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	20,  // 153: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	22,  // 154: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	76,  // 155: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	79,  // 156: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	81,  // 157: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	31,  // 158: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	34,  // 159: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	36,  // 160: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	42,  // 161: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	38,  // 162: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
+	40,  // 163: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
+	46,  // 164: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	54,  // 165: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	56,  // 166: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
+	48,  // 167: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
+	49,  // 168: byoc.ims.v1.OperatorService.OfferAgentUpdate:input_type -> byoc.ims.v1.OfferAgentUpdateRequest
+	52,  // 169: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	164, // 170: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	165, // 171: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	166, // 172: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	167, // 173: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	168, // 174: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	169, // 175: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	170, // 176: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	171, // 177: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
+	172, // 178: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
+	173, // 179: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
+	174, // 180: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
+	175, // 181: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
+	176, // 182: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
+	177, // 183: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
+	178, // 184: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
+	179, // 185: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
+	61,  // 186: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	63,  // 187: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	65,  // 188: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	67,  // 189: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	70,  // 190: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	72,  // 191: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	89,  // 192: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	91,  // 193: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	93,  // 194: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	95,  // 195: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	180, // 196: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	181, // 197: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	129, // 198: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
+	133, // 199: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
+	182, // 200: byoc.ims.v1.OperatorService.GetTelemetry:input_type -> byoc.ims.v1.GetTelemetryRequest
+	140, // 201: byoc.ims.v1.OperatorService.SupportShell:input_type -> byoc.ims.v1.SupportShellRequest
+	136, // 202: byoc.ims.v1.OperatorService.ListSupportRecordings:input_type -> byoc.ims.v1.ListSupportRecordingsRequest
+	138, // 203: byoc.ims.v1.OperatorService.GetSupportRecording:input_type -> byoc.ims.v1.GetSupportRecordingRequest
+	183, // 204: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	184, // 205: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	97,  // 206: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	99,  // 207: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	102, // 208: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	185, // 209: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	105, // 210: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	107, // 211: byoc.ims.v1.OperatorService.CreateBundle:input_type -> byoc.ims.v1.CreateBundleRequest
+	109, // 212: byoc.ims.v1.OperatorService.SignBundle:input_type -> byoc.ims.v1.SignBundleRequest
+	111, // 213: byoc.ims.v1.OperatorService.ImportBundleResults:input_type -> byoc.ims.v1.ImportBundleResultsRequest
+	112, // 214: byoc.ims.v1.OperatorService.UploadBundleResults:input_type -> byoc.ims.v1.UploadBundleResultsRequest
+	116, // 215: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	118, // 216: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	120, // 217: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	122, // 218: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	126, // 219: byoc.ims.v1.OperatorService.ListInstallArtifacts:input_type -> byoc.ims.v1.ListInstallArtifactsRequest
+	5,   // 220: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	7,   // 221: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
+	9,   // 222: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	12,  // 223: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
+	14,  // 224: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
+	16,  // 225: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
+	19,  // 226: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	21,  // 227: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	23,  // 228: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	77,  // 229: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	80,  // 230: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	82,  // 231: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	32,  // 232: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	35,  // 233: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	37,  // 234: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	43,  // 235: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	39,  // 236: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
+	41,  // 237: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
+	47,  // 238: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	55,  // 239: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	57,  // 240: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	51,  // 241: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
+	50,  // 242: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
+	53,  // 243: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	186, // 244: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	187, // 245: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	188, // 246: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	189, // 247: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	190, // 248: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	191, // 249: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	192, // 250: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	193, // 251: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
+	194, // 252: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
+	195, // 253: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
+	196, // 254: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
+	197, // 255: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
+	198, // 256: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
+	199, // 257: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
+	200, // 258: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
+	201, // 259: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
+	62,  // 260: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	64,  // 261: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	66,  // 262: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	68,  // 263: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	71,  // 264: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	73,  // 265: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	90,  // 266: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	92,  // 267: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	94,  // 268: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	96,  // 269: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	202, // 270: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	203, // 271: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	130, // 272: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
+	134, // 273: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
+	204, // 274: byoc.ims.v1.OperatorService.GetTelemetry:output_type -> byoc.ims.v1.GetTelemetryResponse
+	143, // 275: byoc.ims.v1.OperatorService.SupportShell:output_type -> byoc.ims.v1.SupportShellResponse
+	137, // 276: byoc.ims.v1.OperatorService.ListSupportRecordings:output_type -> byoc.ims.v1.ListSupportRecordingsResponse
+	139, // 277: byoc.ims.v1.OperatorService.GetSupportRecording:output_type -> byoc.ims.v1.GetSupportRecordingResponse
+	205, // 278: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	206, // 279: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	98,  // 280: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	100, // 281: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	103, // 282: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	207, // 283: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	106, // 284: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	108, // 285: byoc.ims.v1.OperatorService.CreateBundle:output_type -> byoc.ims.v1.CreateBundleResponse
+	110, // 286: byoc.ims.v1.OperatorService.SignBundle:output_type -> byoc.ims.v1.SignBundleResponse
+	114, // 287: byoc.ims.v1.OperatorService.ImportBundleResults:output_type -> byoc.ims.v1.ImportBundleResultsResponse
+	113, // 288: byoc.ims.v1.OperatorService.UploadBundleResults:output_type -> byoc.ims.v1.UploadBundleResultsResponse
+	117, // 289: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	119, // 290: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	121, // 291: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	125, // 292: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	128, // 293: byoc.ims.v1.OperatorService.ListInstallArtifacts:output_type -> byoc.ims.v1.ListInstallArtifactsResponse
+	220, // [220:294] is the sub-list for method output_type
+	146, // [146:220] is the sub-list for method input_type
+	146, // [146:146] is the sub-list for extension type_name
+	146, // [146:146] is the sub-list for extension extendee
+	0,   // [0:146] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -11254,14 +11435,14 @@ func file_byoc_ims_v1_operator_proto_init() {
 	file_byoc_ims_v1_workflow_proto_init()
 	file_byoc_ims_v1_operator_proto_msgTypes[27].OneofWrappers = []any{}
 	file_byoc_ims_v1_operator_proto_msgTypes[49].OneofWrappers = []any{}
-	file_byoc_ims_v1_operator_proto_msgTypes[127].OneofWrappers = []any{}
+	file_byoc_ims_v1_operator_proto_msgTypes[129].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   153,
+			NumMessages:   155,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -234,6 +234,9 @@ const (
 	// OperatorServiceImportBundleResultsProcedure is the fully-qualified name of the OperatorService's
 	// ImportBundleResults RPC.
 	OperatorServiceImportBundleResultsProcedure = "/byoc.ims.v1.OperatorService/ImportBundleResults"
+	// OperatorServiceUploadBundleResultsProcedure is the fully-qualified name of the OperatorService's
+	// UploadBundleResults RPC.
+	OperatorServiceUploadBundleResultsProcedure = "/byoc.ims.v1.OperatorService/UploadBundleResults"
 	// OperatorServiceCreateBuildAgentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateBuildAgentToken RPC.
 	OperatorServiceCreateBuildAgentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateBuildAgentToken"
@@ -489,6 +492,18 @@ type OperatorServiceClient interface {
 	// now runs, and the audit events. A file imported before changes
 	// nothing (already_imported).
 	ImportBundleResults(context.Context, *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error)
+	// UploadBundleResults is ImportBundleResults for a results file of any
+	// size up to 256 MiB, sent in parts on one stream (ImportBundleResults
+	// takes one message of at most 4 MiB). The first message names the
+	// install and the file's size, SHA-256, part size and every part's
+	// SHA-256; each later message carries one part, in order. imsd stages
+	// the parts (in a file no other call sees, gone when the call ends or
+	// imsd stops), refuses a part that is missing, out of order, of the
+	// wrong size or changed, naming it, and checks the whole file as
+	// ImportBundleResults does only once every part arrived, recording it
+	// in one transaction. A stream with no part for 2 minutes, or not
+	// done within an hour, is refused; nothing is recorded.
+	UploadBundleResults(context.Context) *connect.ClientStreamForClient[v1.UploadBundleResultsRequest, v1.UploadBundleResultsResponse]
 	// CreateBuildAgentToken issues a single-use enrolment token for the
 	// vendor's build agent (agentd --role build), creating the reserved
 	// install "_vendor" it belongs to on first use.
@@ -929,6 +944,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("ImportBundleResults")),
 			connect.WithClientOptions(opts...),
 		),
+		uploadBundleResults: connect.NewClient[v1.UploadBundleResultsRequest, v1.UploadBundleResultsResponse](
+			httpClient,
+			baseURL+OperatorServiceUploadBundleResultsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("UploadBundleResults")),
+			connect.WithClientOptions(opts...),
+		),
 		createBuildAgentToken: connect.NewClient[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse](
 			httpClient,
 			baseURL+OperatorServiceCreateBuildAgentTokenProcedure,
@@ -1032,6 +1053,7 @@ type operatorServiceClient struct {
 	createBundle          *connect.Client[v1.CreateBundleRequest, v1.CreateBundleResponse]
 	signBundle            *connect.Client[v1.SignBundleRequest, v1.SignBundleResponse]
 	importBundleResults   *connect.Client[v1.ImportBundleResultsRequest, v1.ImportBundleResultsResponse]
+	uploadBundleResults   *connect.Client[v1.UploadBundleResultsRequest, v1.UploadBundleResultsResponse]
 	createBuildAgentToken *connect.Client[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse]
 	startBuild            *connect.Client[v1.StartBuildRequest, v1.StartBuildResponse]
 	listBuilds            *connect.Client[v1.ListBuildsRequest, v1.ListBuildsResponse]
@@ -1379,6 +1401,11 @@ func (c *operatorServiceClient) ImportBundleResults(ctx context.Context, req *co
 	return c.importBundleResults.CallUnary(ctx, req)
 }
 
+// UploadBundleResults calls byoc.ims.v1.OperatorService.UploadBundleResults.
+func (c *operatorServiceClient) UploadBundleResults(ctx context.Context) *connect.ClientStreamForClient[v1.UploadBundleResultsRequest, v1.UploadBundleResultsResponse] {
+	return c.uploadBundleResults.CallClientStream(ctx)
+}
+
 // CreateBuildAgentToken calls byoc.ims.v1.OperatorService.CreateBuildAgentToken.
 func (c *operatorServiceClient) CreateBuildAgentToken(ctx context.Context, req *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {
 	return c.createBuildAgentToken.CallUnary(ctx, req)
@@ -1642,6 +1669,18 @@ type OperatorServiceHandler interface {
 	// now runs, and the audit events. A file imported before changes
 	// nothing (already_imported).
 	ImportBundleResults(context.Context, *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error)
+	// UploadBundleResults is ImportBundleResults for a results file of any
+	// size up to 256 MiB, sent in parts on one stream (ImportBundleResults
+	// takes one message of at most 4 MiB). The first message names the
+	// install and the file's size, SHA-256, part size and every part's
+	// SHA-256; each later message carries one part, in order. imsd stages
+	// the parts (in a file no other call sees, gone when the call ends or
+	// imsd stops), refuses a part that is missing, out of order, of the
+	// wrong size or changed, naming it, and checks the whole file as
+	// ImportBundleResults does only once every part arrived, recording it
+	// in one transaction. A stream with no part for 2 minutes, or not
+	// done within an hour, is refused; nothing is recorded.
+	UploadBundleResults(context.Context, *connect.ClientStream[v1.UploadBundleResultsRequest]) (*connect.Response[v1.UploadBundleResultsResponse], error)
 	// CreateBuildAgentToken issues a single-use enrolment token for the
 	// vendor's build agent (agentd --role build), creating the reserved
 	// install "_vendor" it belongs to on first use.
@@ -2078,6 +2117,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("ImportBundleResults")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceUploadBundleResultsHandler := connect.NewClientStreamHandler(
+		OperatorServiceUploadBundleResultsProcedure,
+		svc.UploadBundleResults,
+		connect.WithSchema(operatorServiceMethods.ByName("UploadBundleResults")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceCreateBuildAgentTokenHandler := connect.NewUnaryHandler(
 		OperatorServiceCreateBuildAgentTokenProcedure,
 		svc.CreateBuildAgentToken,
@@ -2246,6 +2291,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceSignBundleHandler.ServeHTTP(w, r)
 		case OperatorServiceImportBundleResultsProcedure:
 			operatorServiceImportBundleResultsHandler.ServeHTTP(w, r)
+		case OperatorServiceUploadBundleResultsProcedure:
+			operatorServiceUploadBundleResultsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateBuildAgentTokenProcedure:
 			operatorServiceCreateBuildAgentTokenHandler.ServeHTTP(w, r)
 		case OperatorServiceStartBuildProcedure:
@@ -2535,6 +2582,10 @@ func (UnimplementedOperatorServiceHandler) SignBundle(context.Context, *connect.
 
 func (UnimplementedOperatorServiceHandler) ImportBundleResults(context.Context, *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ImportBundleResults is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) UploadBundleResults(context.Context, *connect.ClientStream[v1.UploadBundleResultsRequest]) (*connect.Response[v1.UploadBundleResultsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.UploadBundleResults is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) CreateBuildAgentToken(context.Context, *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {
