@@ -138,22 +138,9 @@ func (s *Store) RecordOfflineWorkflow(ctx context.Context, w OfflineWorkflow) er
 	if err := requireTime("now", w.Now); err != nil {
 		return err
 	}
-	configs := make([]string, len(w.Ran))
-	for i, r := range w.Ran {
-		c, err := checkNewJob(r.Job)
-		if err != nil {
-			return err
-		}
-		if !r.Result.State.Terminal() {
-			return errs.Field("state", "%q is not a final job state", r.Result.State)
-		}
-		if !r.StepState.Terminal() {
-			return errs.Field("state", "%q is not a final step state", r.StepState)
-		}
-		if err := requireTime("ended", r.Ended); err != nil {
-			return err
-		}
-		configs[i] = c
+	configs, err := offlineConfigs(w.Ran)
+	if err != nil {
+		return err
 	}
 	if !w.State.Terminal() {
 		return errs.Field("state", "%q is not a final workflow state", w.State)
@@ -228,16 +215,9 @@ func (s *Store) RecordOfflineRerun(ctx context.Context, w OfflineRerun) error {
 	if err := requireTime("now", w.Now); err != nil {
 		return err
 	}
-	configs := make([]string, len(w.Ran))
-	for i, r := range w.Ran {
-		c, err := checkNewJob(r.Job)
-		if err != nil {
-			return err
-		}
-		if !r.Result.State.Terminal() || !r.StepState.Terminal() {
-			return errs.Field("state", "%q, %q: not a final job and step state", r.Result.State, r.StepState)
-		}
-		configs[i] = c
+	configs, err := offlineConfigs(w.Ran)
+	if err != nil {
+		return err
 	}
 	if !w.State.Terminal() {
 		return errs.Field("state", "%q is not a final workflow state", w.State)
@@ -300,4 +280,27 @@ func (s *Store) RecordOfflineRerun(ctx context.Context, w OfflineRerun) error {
 		}
 		return s.Audit(ctx, tx, w.Audit)
 	})
+}
+
+// offlineConfigs checks the steps an offline workflow's agent ran and
+// returns their jobs' configs, encoded.
+func offlineConfigs(ran []OfflineStep) ([]string, error) {
+	configs := make([]string, len(ran))
+	for i, r := range ran {
+		c, err := checkNewJob(r.Job)
+		if err != nil {
+			return nil, err
+		}
+		if !r.Result.State.Terminal() {
+			return nil, errs.Field("state", "%q is not a final job state", r.Result.State)
+		}
+		if !r.StepState.Terminal() {
+			return nil, errs.Field("state", "%q is not a final step state", r.StepState)
+		}
+		if err := requireTime("ended", r.Ended); err != nil {
+			return nil, err
+		}
+		configs[i] = c
+	}
+	return configs, nil
 }
