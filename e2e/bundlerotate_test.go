@@ -32,20 +32,7 @@ func TestBundleResultsAfterKeyRotate(t *testing.T) {
 	o := fast
 	o.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	ims := cluster.StartIMS(t, o)
-	cli := cluster.NewCLI(t, ims)
-	pushed := cli.PushApp(map[string]string{
-		"app.toml": "name = \"shop\"\n",
-		"components/hello.toml": `type = "action"
-[config]
-steps = [{ name = "hello", script = "echo greeting=hello >> $BYOC_OUTPUTS" }]
-`,
-		"installs/acme.toml": "",
-	})
-	state := t.TempDir()
-	ag := cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), state)
-	waitConnected(t, ims, "acme")
-	ag.Stop()
+	ims, cli, state := shopOffline(t, o)
 
 	file := filepath.Join(t.TempDir(), "bundle.tar")
 	if out := cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file); !strings.Contains(out, "provision workflow of 1 jobs") {

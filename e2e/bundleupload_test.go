@@ -27,20 +27,7 @@ import (
 func TestBundleResultsOverOneCall(t *testing.T) {
 	skipShort(t)
 	ctx := context.Background()
-	ims := cluster.StartIMS(t, fast)
-	cli := cluster.NewCLI(t, ims)
-	pushed := cli.PushApp(map[string]string{
-		"app.toml": "name = \"shop\"\n",
-		"components/hello.toml": `type = "action"
-[config]
-steps = [{ name = "hello", script = "echo greeting=hello >> $BYOC_OUTPUTS" }]
-`,
-		"installs/acme.toml": "",
-	})
-	state := t.TempDir()
-	ag := cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), state)
-	waitConnected(t, ims, "acme")
-	ag.Stop()
+	ims, cli, state := shopOffline(t, fast)
 
 	// The agent's own journal grows by 6 MiB (as years of records
 	// would), written as the agent writes it.
@@ -120,4 +107,26 @@ steps = [{ name = "hello", script = "echo greeting=hello >> $BYOC_OUTPUTS" }]
 	if calls != 3 {
 		t.Fatalf("%d UploadBundleResults calls audited in install acme's chain, want 3", calls)
 	}
+}
+
+// shopOffline starts imsd with o and pushes the one-action app shop with
+// install acme, enrols an agent in a state directory of its own and stops
+// it once connected: where the offline bundle tests begin.
+func shopOffline(t *testing.T, o cluster.Options) (*cluster.IMS, *cluster.CLI, string) {
+	t.Helper()
+	ims := cluster.StartIMS(t, o)
+	cli := cluster.NewCLI(t, ims)
+	pushed := cli.PushApp(map[string]string{
+		"app.toml": "name = \"shop\"\n",
+		"components/hello.toml": `type = "action"
+[config]
+steps = [{ name = "hello", script = "echo greeting=hello >> $BYOC_OUTPUTS" }]
+`,
+		"installs/acme.toml": "",
+	})
+	state := t.TempDir()
+	ag := cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), state)
+	waitConnected(t, ims, "acme")
+	ag.Stop()
+	return ims, cli, state
 }
