@@ -135,15 +135,9 @@ func (s *Store) RecordOfflineWorkflow(ctx context.Context, w OfflineWorkflow) er
 	if err := checkWorkflow(w.Workflow); err != nil {
 		return err
 	}
-	if err := requireTime("now", w.Now); err != nil {
-		return err
-	}
-	configs, err := offlineConfigs(w.Ran)
+	configs, err := offlineConfigs(w.Now, w.Ran, w.State)
 	if err != nil {
 		return err
-	}
-	if !w.State.Terminal() {
-		return errs.Field("state", "%q is not a final workflow state", w.State)
 	}
 	id := w.Workflow.ID
 	return s.write(ctx, "record offline workflow", func(tx *txn) error {
@@ -212,15 +206,9 @@ type OfflineRerun struct {
 // be active (Conflict otherwise); a step no longer as imsd held it is a
 // Conflict too.
 func (s *Store) RecordOfflineRerun(ctx context.Context, w OfflineRerun) error {
-	if err := requireTime("now", w.Now); err != nil {
-		return err
-	}
-	configs, err := offlineConfigs(w.Ran)
+	configs, err := offlineConfigs(w.Now, w.Ran, w.State)
 	if err != nil {
 		return err
-	}
-	if !w.State.Terminal() {
-		return errs.Field("state", "%q is not a final workflow state", w.State)
 	}
 	id := w.WorkflowID
 	return s.write(ctx, "record offline rerun", func(tx *txn) error {
@@ -282,9 +270,16 @@ func (s *Store) RecordOfflineRerun(ctx context.Context, w OfflineRerun) error {
 	})
 }
 
-// offlineConfigs checks the steps an offline workflow's agent ran and
-// returns their jobs' configs, encoded.
-func offlineConfigs(ran []OfflineStep) ([]string, error) {
+// offlineConfigs checks what an offline workflow's agent ran (its steps,
+// and the workflow's final state, recorded at now) and returns the steps'
+// job configs, encoded.
+func offlineConfigs(now time.Time, ran []OfflineStep, state WorkflowState) ([]string, error) {
+	if err := requireTime("now", now); err != nil {
+		return nil, err
+	}
+	if !state.Terminal() {
+		return nil, errs.Field("state", "%q is not a final workflow state", state)
+	}
 	configs := make([]string, len(ran))
 	for i, r := range ran {
 		c, err := checkNewJob(r.Job)
