@@ -101,7 +101,7 @@ func (s *Store) FireDrift(ctx context.Context, t DriftTick, j Job, now time.Time
 	err = s.write(ctx, "fire drift check", func(tx *txn) error {
 		var busy int
 		if err := tx.GetContext(ctx, &busy, s.bind(`SELECT COUNT(*) FROM jobs WHERE install_id = ? AND component = ? AND operation = 'drift'
-			AND state IN ('queued', 'assigned', 'running')`), t.InstallID, t.Component); err != nil {
+			AND `+s.phaseIs(JobQueued, JobAssigned, JobRunning)+`state IN ('queued', 'assigned', 'running')`), t.InstallID, t.Component); err != nil {
 			return err
 		}
 		jobID := j.ID

@@ -36,11 +36,11 @@ func (s *Store) Fleet(ctx context.Context, appID string) (FleetStatus, error) {
 		N         int    `db:"n"`
 	}
 	// The states are written into the SQL, not bound: PostgreSQL uses
-	// the partial index jobs_state_unsucceeded only when it can see that
-	// the query's condition implies the index's, which a parameter hides
-	// from a prepared statement's generic plan.
+	// the partial index jobs_phase only when it can see that the query's
+	// condition implies the index's, which a parameter hides from a
+	// prepared statement's generic plan.
 	err = s.r.SelectContext(ctx, &counts, `SELECT install_id, state, COUNT(*) AS n FROM jobs
-		WHERE state IN ('queued', 'assigned', 'running') GROUP BY install_id, state`)
+		WHERE `+s.phaseIs(JobQueued, JobAssigned, JobRunning)+`state IN ('queued', 'assigned', 'running') GROUP BY install_id, state`)
 	if err != nil {
 		return FleetStatus{}, fmt.Errorf("fleet job counts: %w", err)
 	}

@@ -60,7 +60,7 @@ func (s *Store) ClaimJobsHolding(ctx context.Context, installID string, w Writer
 			rows, err = selectJobRows(ctx, tx, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = $1,
 				lease_deadline = $2, started_at = 0, fencing_token = c.token
 				FROM (SELECT id, ($3::BIGINT[])[row_number() OVER (ORDER BY created_at, id)] AS token
-				      FROM (SELECT id, created_at FROM jobs WHERE install_id = $4 AND state = 'queued'`+hold+`
+				      FROM (SELECT id, created_at FROM jobs WHERE install_id = $4 AND `+s.phaseIs(JobQueued)+`state = 'queued'`+hold+`
 				            ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) q) c
 				WHERE jobs.id = c.id AND jobs.state = 'queued' RETURNING `+jobColsQualified,
 				w.AgentID, nanos(leaseUntil), pgInt8s(tokens), installID, n)
@@ -216,8 +216,8 @@ func (s *Store) ExpireLeases(ctx context.Context, now time.Time) ([]ExpiredJob, 
 		// started_at < now - grace - timeout rather than started_at +
 		// timeout + grace < now: the sum can overflow a BIGINT.
 		err := tx.SelectContext(ctx, &rows, s.bind(`SELECT `+jobCols+` FROM jobs
-			WHERE (state IN ('assigned', 'running') AND lease_deadline < ?)
-			   OR (state = 'running' AND started_at < ? - timeout_ns)
+			WHERE `+s.phaseIs(JobAssigned, JobRunning)+`((state IN ('assigned', 'running') AND lease_deadline < ?)
+			   OR (state = 'running' AND started_at < ? - timeout_ns))
 			ORDER BY created_at, id`+s.skipLocked()), nanos(now), nanos(now.Add(-TimeoutGrace)))
 		if err != nil {
 			return err
@@ -304,7 +304,7 @@ func (s *Store) expiredWhy(ctx context.Context, tx *txn, j Job) string {
 // so their agents can be woken at start-up and after a sweep.
 func (s *Store) QueuedJobInstalls(ctx context.Context) ([]string, error) {
 	var ids []string
-	if err := s.r.SelectContext(ctx, &ids, `SELECT DISTINCT install_id FROM jobs WHERE state = 'queued' ORDER BY install_id`); err != nil {
+	if err := s.r.SelectContext(ctx, &ids, `SELECT DISTINCT install_id FROM jobs WHERE `+s.phaseIs(JobQueued)+`state = 'queued' ORDER BY install_id`); err != nil {
 		return nil, fmt.Errorf("queued job installs: %w", err)
 	}
 	return ids, nil

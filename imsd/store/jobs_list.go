@@ -62,7 +62,7 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) (jobs []Job, nextCurs
 			}
 			args = append(args, string(st))
 		}
-		where = append(where, "state IN ("+placeholders(len(f.States))+")")
+		where = append(where, s.phaseIs(f.States...)+"state IN ("+placeholders(len(f.States))+")")
 	}
 	if f.Cursor != "" {
 		at, id, ok := parseCursor(f.Cursor)

@@ -14,9 +14,11 @@ import (
 // jobs serve still find their rows through an index on a populated table
 // (100,000 jobs, almost all succeeded, as a vendor's database is after a
 // while), so that narrowing or dropping an index (migration 32 made
-// jobs_state_lease a partial index of the jobs that have not succeeded)
-// cannot turn one of them into a scan of every job. The queries are the
-// shapes the store sends, with literal values.
+// jobs_state_lease a partial index of the jobs that have not succeeded;
+// migration 36 indexes phase instead of state) cannot turn one of them
+// into a scan of every job. The queries are the shapes the store sends
+// on PostgreSQL (the phase conditions are Store.phaseIs), with literal
+// values.
 func TestPostgresJobPlans(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping PostgreSQL")
@@ -57,23 +59,24 @@ func TestPostgresJobPlans(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	for _, c := range []struct{ name, q string }{
+	// want: the index the query must use, where the plan matters most.
+	for _, c := range []struct{ name, q, want string }{
 		{"sweeper (ExpireLeases)", `SELECT id FROM jobs
-			WHERE (state IN ('assigned', 'running') AND lease_deadline < 1050000)
-			   OR (state = 'running' AND started_at < 5000 - timeout_ns)
-			ORDER BY created_at, id FOR UPDATE SKIP LOCKED`},
+			WHERE phase IN ('held') AND ((state IN ('assigned', 'running') AND lease_deadline < 1050000)
+			   OR (state = 'running' AND started_at < 5000 - timeout_ns))
+			ORDER BY created_at, id FOR UPDATE SKIP LOCKED`, "jobs_phase"},
 		{"fleet counts (Fleet)", `SELECT install_id, state, COUNT(*) AS n FROM jobs
-			WHERE state IN ('queued', 'assigned', 'running') GROUP BY install_id, state`},
-		{"queued installs (QueuedJobInstalls)", `SELECT DISTINCT install_id FROM jobs WHERE state = 'queued' ORDER BY install_id`},
-		{"claim (ClaimJobs)", `SELECT id, created_at FROM jobs WHERE install_id = 'i7' AND state = 'queued'
-			ORDER BY created_at, id LIMIT 10 FOR UPDATE SKIP LOCKED`},
-		{"listing of an install (ListJobs)", `SELECT id FROM jobs WHERE install_id = 'i7' ORDER BY created_at DESC, id DESC LIMIT 51`},
-		{"listing (ListJobs)", `SELECT id FROM jobs ORDER BY created_at DESC, id DESC LIMIT 51`},
-		{"listing of failed jobs (ListJobs)", `SELECT id FROM jobs WHERE state IN ('failed') ORDER BY created_at DESC, id DESC LIMIT 51`},
-		{"listing of running jobs (ListJobs)", `SELECT id FROM jobs WHERE state IN ('running', 'assigned') ORDER BY created_at DESC, id DESC LIMIT 51`},
-		{"listing of succeeded jobs (ListJobs)", `SELECT id FROM jobs WHERE state IN ('succeeded') ORDER BY created_at DESC, id DESC LIMIT 51`},
+			WHERE phase IN ('queued', 'held') AND state IN ('queued', 'assigned', 'running') GROUP BY install_id, state`, "jobs_phase"},
+		{"queued installs (QueuedJobInstalls)", `SELECT DISTINCT install_id FROM jobs WHERE phase IN ('queued') AND state = 'queued' ORDER BY install_id`, ""},
+		{"claim (ClaimJobs)", `SELECT id, created_at FROM jobs WHERE install_id = 'i7' AND phase IN ('queued') AND state = 'queued'
+			ORDER BY created_at, id LIMIT 10 FOR UPDATE SKIP LOCKED`, "jobs_queued"},
+		{"listing of an install (ListJobs)", `SELECT id FROM jobs WHERE install_id = 'i7' ORDER BY created_at DESC, id DESC LIMIT 51`, ""},
+		{"listing (ListJobs)", `SELECT id FROM jobs ORDER BY created_at DESC, id DESC LIMIT 51`, ""},
+		{"listing of failed jobs (ListJobs)", `SELECT id FROM jobs WHERE phase IN ('failed') AND state IN ('failed') ORDER BY created_at DESC, id DESC LIMIT 51`, "jobs_phase"},
+		{"listing of running jobs (ListJobs)", `SELECT id FROM jobs WHERE phase IN ('held') AND state IN ('running', 'assigned') ORDER BY created_at DESC, id DESC LIMIT 51`, "jobs_phase"},
+		{"listing of succeeded jobs (ListJobs)", `SELECT id FROM jobs WHERE phase IN ('succeeded') AND state IN ('succeeded') ORDER BY created_at DESC, id DESC LIMIT 51`, ""},
 		{"busy drift check (FireDriftCheck)", `SELECT COUNT(*) FROM jobs WHERE install_id = 'i7' AND component = 'c' AND operation = 'drift'
-			AND state IN ('queued', 'assigned', 'running')`},
+			AND phase IN ('queued', 'held') AND state IN ('queued', 'assigned', 'running')`, ""},
 	} {
 		rows, err := db.QueryContext(ctx, `EXPLAIN `+c.q)
 		if err != nil {
@@ -92,6 +95,9 @@ func TestPostgresJobPlans(t *testing.T) {
 		t.Logf("%s:\n%s", c.name, p)
 		if strings.Contains(p, "Seq Scan on jobs") {
 			t.Errorf("%s reads every job:\n%s", c.name, p)
+		}
+		if c.want != "" && !strings.Contains(p, " using "+c.want+" on jobs") {
+			t.Errorf("%s does not use %s:\n%s", c.name, c.want, p)
 		}
 	}
 

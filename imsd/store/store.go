@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -231,6 +232,32 @@ func (s *Store) forUpdate() string {
 
 // skipLocked is forUpdate for queue scans: rows another replica holds are
 // passed over rather than waited for.
+// phaseIs is a condition on PostgreSQL's jobs.phase (migration 36: the
+// state with assigned and running as one phase, "held"), followed by
+// AND, for a query on jobs in states: PostgreSQL's indexes on live and
+// unsucceeded jobs name phase, not state, so that an ack or a lease
+// renewal updates its row in place, and a query names the phase for the
+// planner to use them. The phases are written into the SQL, not bound:
+// a partial index serves a query only when the planner sees that the
+// query's condition implies the index's. On SQLite it is empty (its
+// indexes name state). states are the store's own constants.
+func (s *Store) phaseIs(states ...JobState) string {
+	if !s.postgres() {
+		return ""
+	}
+	var phases []string
+	for _, st := range states {
+		p := "'" + string(st) + "'"
+		if st == JobAssigned || st == JobRunning {
+			p = "'held'"
+		}
+		if !slices.Contains(phases, p) {
+			phases = append(phases, p)
+		}
+	}
+	return "phase IN (" + strings.Join(phases, ", ") + ") AND "
+}
+
 func (s *Store) skipLocked() string {
 	if s.postgres() {
 		return " FOR UPDATE SKIP LOCKED"

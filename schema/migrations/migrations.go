@@ -80,6 +80,10 @@ func sqliteGoMigrations() []*goose.Migration {
 		// (byoc_audit_lock_heads, the locks of a batch's chains and the
 		// heads its cache does not hold).
 		goose.NewGoMigration(35, &goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange}),
+		// Version 36 gives PostgreSQL's jobs a phase column and indexes
+		// on it, so that acks and lease renewals update rows in place;
+		// SQLite writes rows in place already and keeps its indexes.
+		goose.NewGoMigration(36, &goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange}),
 	}
 }
 
