@@ -23,7 +23,7 @@ func TestStagingHelperProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child process of TestBundleImportRemovesWhatAKilledImportLeft")
 	}
-	s, err := newStaging(dir)
+	s, err := bundleStaging.New(dir)
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
@@ -90,11 +90,11 @@ func TestBundleImportRemovesWhatAKilledImportLeft(t *testing.T) {
 
 	// While both imports run, nothing is removed.
 	var out bytes.Buffer
-	removeStaleStaging(dir, &out)
+	bundleStaging.RemoveStale(dir, func(msg string) { fmt.Fprintln(&out, msg) })
 	if strings.Contains(out.String(), "removed") {
 		t.Fatalf("a cleanup while the imports run printed:\n%s", out.String())
 	}
-	if !strings.Contains(out.String(), "left "+link+" alone: not a folder an import made") {
+	if !strings.Contains(out.String(), "left "+link+" alone: not a staging folder") {
 		t.Fatalf("the cleanup did not say it left the symlink alone:\n%s", out.String())
 	}
 	for _, p := range []string{left, live} {

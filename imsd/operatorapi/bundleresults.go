@@ -26,6 +26,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/auditchain"
 	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/internal/stagedir"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
@@ -62,6 +63,10 @@ type offlineResults struct {
 	} `json:"jobs"`
 }
 
+// resultsStaging is the folders results imports unpack into
+// (internal/stagedir).
+var resultsStaging = stagedir.Kind{Prefix: "byoc-results-", Noun: "results import"}
+
 // jobStates maps the agent's outcome words to job states.
 var jobStates = map[string]store.JobState{"succeeded": store.JobSucceeded, "failed": store.JobFailed, "refused": store.JobRefused,
 	"cancelled": store.JobCancelled, "timed_out": store.JobTimedOut, "timed out": store.JobTimedOut}
@@ -87,11 +92,15 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "byoc-results-")
+	// The file's small files are unpacked into a staging folder locked
+	// while this import runs: one an imsd killed mid-check left (on
+	// this host, by any imsd) goes before this one is made.
+	stage, err := resultsStaging.Stage(os.TempDir(), func(msg string) { s.log.WarnContext(ctx, msg) })
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	defer stage.Close()
+	tmp := stage.Path
 	var agent store.Agent
 	man, _, err := bundlefile.Read(file, filepath.Join(tmp, "r"), func(raw []byte, man *bundlefile.Manifest, sig bundlefile.Signature) error {
 		if man.Kind != bundlefile.KindResults {
