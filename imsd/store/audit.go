@@ -471,7 +471,12 @@ const MaxAuditPage = 1000
 // follow with a later send; nothing is ever sent out of order.
 func (s *Store) AuditRecordsToSend(ctx context.Context, chain string, afterSeq int64) ([]auditchain.Record, error) {
 	if s.gc != nil {
-		if rs, ok := s.gc.tails.after(chain, afterSeq, MaxAuditPage); ok {
+		if rs, ok := s.gc.tails.after(chain, afterSeq, MaxAuditPage, false); ok {
+			return rs, nil
+		}
+	}
+	if s.pgh != nil {
+		if rs, ok := s.pgh.tails.after(chain, afterSeq, MaxAuditPage, true); ok {
 			return rs, nil
 		}
 	}

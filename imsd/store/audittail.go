@@ -31,14 +31,18 @@ const (
 
 func newAuditTails() *auditTails { return &auditTails{chains: map[string][]auditchain.Record{}} }
 
-// add appends committed records, in chain and seq order per chain.
-func (a *auditTails) add(rs []auditchain.Record) {
+// add appends committed records, in chain and seq order per chain, of
+// the chains keep accepts (nil: all).
+func (a *auditTails) add(rs []auditchain.Record, keep func(chain string) bool) {
 	if len(rs) == 0 {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, r := range rs {
+		if keep != nil && !keep(r.Chain) {
+			continue
+		}
 		t, ok := a.chains[r.Chain]
 		if !ok && len(a.chains) >= maxTailChains {
 			for k := range a.chains {
@@ -56,6 +60,18 @@ func (a *auditTails) add(rs []auditchain.Record) {
 	}
 }
 
+// forget drops chains' tails.
+func (a *auditTails) forget(chains []string) {
+	if len(chains) == 0 {
+		return
+	}
+	a.mu.Lock()
+	for _, c := range chains {
+		delete(a.chains, c)
+	}
+	a.mu.Unlock()
+}
+
 // reset forgets every tail.
 func (a *auditTails) reset() {
 	a.mu.Lock()
@@ -65,12 +81,14 @@ func (a *auditTails) reset() {
 
 // after returns up to limit of chain's records after seq, when its tail
 // holds every one of them up to the newest it knows (ok); else the caller
-// reads them.
-func (a *auditTails) after(chain string, seq int64, limit int) (rs []auditchain.Record, ok bool) {
+// reads them. With nonEmpty, a tail that holds nothing after seq does
+// not answer either: where records may be appended that never reach the
+// tail (PostgreSQL), only the database can say there are none.
+func (a *auditTails) after(chain string, seq int64, limit int, nonEmpty bool) (rs []auditchain.Record, ok bool) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	t := a.chains[chain]
-	if len(t) == 0 || t[0].Seq > seq+1 || t[len(t)-1].Seq < seq {
+	if len(t) == 0 || t[0].Seq > seq+1 || t[len(t)-1].Seq < seq || nonEmpty && t[len(t)-1].Seq == seq {
 		return nil, false
 	}
 	i := int(seq + 1 - t[0].Seq)

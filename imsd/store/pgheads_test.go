@@ -244,3 +244,86 @@ func TestPostgresAuditHeadsCachedAppendTakesTheLock(t *testing.T) {
 		t.Errorf("%d batches ran again for a stale head, want 1", stale)
 	}
 }
+
+// TestPostgresAuditTails: an agent that keeps a copy of its install's
+// chain is sent the records this imsd's group commit appended from
+// memory (shown here by the database losing one, which the tail still
+// sends), and what another replica appended from the database: a tail
+// never answers "nothing new", since records it never saw may follow
+// its newest.
+func TestPostgresAuditTails(t *testing.T) {
+	dsn, ss := openReplicas(t, 2)
+	a, b := ss[0], ss[1]
+	ctx := context.Background()
+	const chain = "inst_tails"
+	seqs := func(after int64) []int64 {
+		t.Helper()
+		rs, err := a.AuditRecordsToSend(ctx, chain, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, r := range rs {
+			out = append(out, r.Seq)
+		}
+		return out
+	}
+	for i := range 3 {
+		if err := a.RecordAudit(ctx, auditEv(chain, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fmt.Sprint(seqs(1)); got != "[2 3]" {
+		t.Fatalf("after 1: %s, want [2 3]", got)
+	}
+	// Another replica appends record 4: the first's tail ends at 3.
+	if err := b.RecordAudit(ctx, auditEv(chain, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(seqs(3)); got != "[4]" {
+		t.Fatalf("after 3, record 4 from another replica: %s, want [4]", got)
+	}
+	// The first appends 5 (its cached head was stale: the batch ran
+	// again); its tail starts again at 5.
+	if err := a.RecordAudit(ctx, auditEv(chain, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(seqs(3)); got != "[4 5]" {
+		t.Fatalf("after 3: %s, want [4 5]", got)
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`ALTER TABLE audit_events DISABLE TRIGGER USER`,
+		`DELETE FROM audit_events WHERE chain = 'inst_tails' AND seq = 5`,
+		`ALTER TABLE audit_events ENABLE TRIGGER USER`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if got := fmt.Sprint(seqs(4)); got != "[5]" {
+		t.Fatalf("after 4, from the tail: %s, want [5]", got)
+	}
+	// Every connection ends (as after a failover or a restore): the
+	// next append empties the tails with the heads, and what is sent is
+	// the database's again.
+	if _, err := db.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for range 10 {
+		if last = a.RecordAudit(ctx, auditEv("inst_other", 0)); last == nil {
+			break
+		}
+	}
+	if last != nil {
+		t.Fatal(last)
+	}
+	if got := fmt.Sprint(seqs(4)); got != "[]" {
+		t.Fatalf("after 4, once the connections ended: %s, want [] (record 5 is gone from the database)", got)
+	}
+}

@@ -222,13 +222,13 @@ func (g *pgGroupCommit) try(batch []*writeReq, mayRetry bool) (again []*writeReq
 	}
 	// The last try reads every head under its lock: a head another
 	// replica keeps moving cannot fail it.
-	held, heads, err := g.flush(t, b, mayRetry)
+	held, heads, recs, err := g.flush(t, b, mayRetry)
 	if err == nil {
 		err = tx.Commit()
 	} else {
 		tx.Rollback() //nolint:errcheck
 	}
-	held.release(err == nil, heads)
+	held.release(err == nil, heads, recs)
 	if err != nil && staleHead(err) {
 		g.s.pgh.stale.Add(1)
 	}
@@ -265,11 +265,13 @@ func retryable(err error) bool {
 // the chains the cache does not hold (pgheads.go) and one to insert
 // every record; one for the wake-ups, whatever the batch's size. It
 // returns the stripes it holds, for the caller to release once the
-// transaction ended, and the chains' new heads.
-func (g *pgGroupCommit) flush(t *txn, b *pgBatch, useCache bool) (*heldStripes, []chainHead, error) {
+// transaction ended, the chains' new heads and the records appended
+// (for the tails, in chain and seq order).
+func (g *pgGroupCommit) flush(t *txn, b *pgBatch, useCache bool) (*heldStripes, []chainHead, []auditchain.Record, error) {
 	ctx := t.ctx
 	var held *heldStripes
 	var next []chainHead
+	var recs []auditchain.Record
 	if len(b.audit) > 0 {
 		chains := make([]string, 0, 8)
 		for _, r := range b.audit {
@@ -299,11 +301,12 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch, useCache bool) (*heldStripes, 
 		lock := chains
 		if len(read) > 0 {
 			if err := g.readHeads(t, chains, read, heads); err != nil {
-				return held, nil, err
+				return held, nil, nil, err
 			}
 			lock = nil
 		}
 		n := len(b.audit)
+		recs = make([]auditchain.Record, 0, n)
 		cols := struct {
 			chain, kind, actor, subject, data, prev, hash []string
 			seq, at                                       []int64
@@ -312,6 +315,7 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch, useCache bool) (*heldStripes, 
 		for i, ev := range b.audit {
 			r := auditchain.Next(heads[ev.Chain], ev)
 			heads[ev.Chain] = &r
+			recs = append(recs, r)
 			cols.chain[i], cols.seq[i], cols.at[i], cols.kind[i], cols.actor[i] = r.Chain, r.Seq, r.At, r.Kind, r.Actor
 			cols.subject[i], cols.data[i], cols.prev[i], cols.hash[i] = r.Subject, r.Data, r.Prev, r.Hash
 		}
@@ -322,7 +326,7 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch, useCache bool) (*heldStripes, 
 			WHERE (SELECT count(pg_advisory_xact_lock(7355608, hashtext(c))) FROM unnest($10::TEXT[]) AS c) >= 0`,
 			pgTexts(cols.chain), pgInt8s(cols.seq), pgInt8s(cols.at), pgTexts(cols.kind), pgTexts(cols.actor), pgTexts(cols.subject),
 			pgTexts(cols.data), pgTexts(cols.prev), pgTexts(cols.hash), pgTexts(lock)); err != nil {
-			return held, nil, fmt.Errorf("audit: append %d records: %w", n, err)
+			return held, nil, nil, fmt.Errorf("audit: append %d records: %w", n, err)
 		}
 		next = make([]chainHead, 0, len(chains))
 		for _, c := range chains {
@@ -342,10 +346,10 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch, useCache bool) (*heldStripes, 
 			chs[i], ps[i] = nt[0], nt[1]
 		}
 		if _, err := t.tx.ExecContext(ctx, `SELECT pg_notify(c, p) FROM unnest($1::TEXT[], $2::TEXT[]) AS u(c, p)`, pgTexts(chs), pgTexts(ps)); err != nil {
-			return held, nil, fmt.Errorf("notify %d: %w", len(chs), err)
+			return held, nil, nil, fmt.Errorf("notify %d: %w", len(chs), err)
 		}
 	}
-	return held, next, nil
+	return held, next, recs, nil
 }
 
 // readHeads locks chains (sorted) and reads the heads of read, a subset,

@@ -145,7 +145,7 @@ func (s *Store) writeTx(ctx context.Context, op string, one bool, fn func(tx *tx
 		// fn failed or panicked: the stripes go after the rollback.
 		if !ended {
 			tx.Rollback() //nolint:errcheck
-			t.pgHeld.release(false, nil)
+			t.pgHeld.release(false, nil, nil)
 		}
 	}()
 	if err := fn(t); err != nil {
@@ -153,7 +153,7 @@ func (s *Store) writeTx(ctx context.Context, op string, one bool, fn func(tx *tx
 	}
 	err = tx.Commit()
 	ended = true
-	t.pgHeld.release(err == nil, t.pgNew)
+	t.pgHeld.release(err == nil, t.pgNew, nil)
 	if err != nil {
 		return fmt.Errorf("%s: commit: %w", op, err)
 	}
@@ -339,7 +339,7 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 			return
 		}
 		maps.Copy(g.heads, t.heads)
-		g.tails.add(t.records)
+		g.tails.add(t.records, nil)
 		r.err <- nil
 		return
 	}
@@ -394,7 +394,7 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 	err = tx.Commit()
 	if err == nil {
 		maps.Copy(g.heads, t.heads)
-		g.tails.add(t.records)
+		g.tails.add(t.records, nil)
 	}
 	for _, r := range batch {
 		if !r.ok {
