@@ -164,33 +164,53 @@ func TestPostgresAuditHeadsForgottenOnNewConnections(t *testing.T) {
 	}
 	// The database loses the chain's last record, as a restore from a
 	// backup taken before it would, and every connection ends.
+	loseRecord(t, dsn, chain, 3)
+	endConnections(t, dsn)
+	appendRetrying(t, s, chain, 3)
+	verifyChain(t, s, chain, 3)
+}
+
+// loseRecord deletes chain's record seq behind the stores' backs, as a
+// restore from a backup taken before it would.
+func loseRecord(t *testing.T, dsn, chain string, seq int64) {
+	t.Helper()
+	execAll(t, dsn, `ALTER TABLE audit_events DISABLE TRIGGER USER`,
+		fmt.Sprintf(`DELETE FROM audit_events WHERE chain = '%s' AND seq = %d`, chain, seq),
+		`ALTER TABLE audit_events ENABLE TRIGGER USER`)
+}
+
+// endConnections ends every other connection to the database, as a
+// failover or a restart of the server does.
+func endConnections(t *testing.T, dsn string) {
+	t.Helper()
+	execAll(t, dsn, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+}
+
+func execAll(t *testing.T, dsn string, qs ...string) {
+	t.Helper()
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	for _, q := range []string{
-		`ALTER TABLE audit_events DISABLE TRIGGER USER`,
-		`DELETE FROM audit_events WHERE chain = 'inst_restored' AND seq = 3`,
-		`ALTER TABLE audit_events ENABLE TRIGGER USER`,
-		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
+	for _, q := range qs {
+		if _, err := db.ExecContext(context.Background(), q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	// The next append may meet a connection that ended; a caller tries
-	// again, as agents and the CLI do.
+}
+
+// appendRetrying appends to chain; the first tries may meet a connection
+// that ended, and a caller tries again, as agents and the CLI do.
+func appendRetrying(t *testing.T, s *store.Store, chain string, i int) {
+	t.Helper()
 	var last error
-	for try := 0; try < 10; try++ {
-		if last = s.RecordAudit(ctx, auditEv(chain, 3)); last == nil {
-			break
+	for range 10 {
+		if last = s.RecordAudit(context.Background(), auditEv(chain, i)); last == nil {
+			return
 		}
 	}
-	if last != nil {
-		t.Fatal(last)
-	}
-	verifyChain(t, s, chain, 3)
+	t.Fatal(last)
 }
 
 // TestPostgresAuditHeadsCachedAppendTakesTheLock: an append from a
@@ -291,38 +311,15 @@ func TestPostgresAuditTails(t *testing.T) {
 	if got := fmt.Sprint(seqs(3)); got != "[4 5]" {
 		t.Fatalf("after 3: %s, want [4 5]", got)
 	}
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, q := range []string{
-		`ALTER TABLE audit_events DISABLE TRIGGER USER`,
-		`DELETE FROM audit_events WHERE chain = 'inst_tails' AND seq = 5`,
-		`ALTER TABLE audit_events ENABLE TRIGGER USER`,
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	loseRecord(t, dsn, chain, 5)
 	if got := fmt.Sprint(seqs(4)); got != "[5]" {
 		t.Fatalf("after 4, from the tail: %s, want [5]", got)
 	}
 	// Every connection ends (as after a failover or a restore): the
 	// next append empties the tails with the heads, and what is sent is
 	// the database's again.
-	if _, err := db.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
-		t.Fatal(err)
-	}
-	var last error
-	for range 10 {
-		if last = a.RecordAudit(ctx, auditEv("inst_other", 0)); last == nil {
-			break
-		}
-	}
-	if last != nil {
-		t.Fatal(last)
-	}
+	endConnections(t, dsn)
+	appendRetrying(t, a, "inst_other", 0)
 	if got := fmt.Sprint(seqs(4)); got != "[]" {
 		t.Fatalf("after 4, once the connections ended: %s, want [] (record 5 is gone from the database)", got)
 	}
