@@ -230,8 +230,6 @@ func (s *Store) forUpdate() string {
 	return ""
 }
 
-// skipLocked is forUpdate for queue scans: rows another replica holds are
-// passed over rather than waited for.
 // phaseIs is a condition on PostgreSQL's jobs.phase (migration 36: the
 // state with assigned and running as one phase, "held"), followed by
 // AND, for a query on jobs in states: PostgreSQL's indexes on live and
@@ -258,6 +256,8 @@ func (s *Store) phaseIs(states ...JobState) string {
 	return "phase IN (" + strings.Join(phases, ", ") + ") AND "
 }
 
+// skipLocked is forUpdate for queue scans: rows another replica holds are
+// passed over rather than waited for.
 func (s *Store) skipLocked() string {
 	if s.postgres() {
 		return " FOR UPDATE SKIP LOCKED"

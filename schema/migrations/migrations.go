@@ -82,7 +82,8 @@ func sqliteGoMigrations() []*goose.Migration {
 		goose.NewGoMigration(35, &goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange}),
 		// Version 36 gives PostgreSQL's jobs a phase column and indexes
 		// on it, so that acks and lease renewals update rows in place;
-		// SQLite writes rows in place already and keeps its indexes.
+		// SQLite keeps its indexes (an update there rewrites only the
+		// entries of indexes whose columns changed).
 		goose.NewGoMigration(36, &goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange}),
 	}
 }
