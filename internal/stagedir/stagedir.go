@@ -15,7 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
+	"strings"
 	"syscall"
 )
 
@@ -24,6 +24,13 @@ import (
 type Kind struct {
 	Prefix string
 	Noun   string
+}
+
+// named reports whether name is one New gives: the prefix, then digits
+// (os.MkdirTemp's), and nothing else.
+func (k Kind) named(name string) bool {
+	digits, ok := strings.CutPrefix(name, k.Prefix)
+	return ok && digits != "" && strings.Trim(digits, "0123456789") == ""
 }
 
 // Dir is one staging folder, locked.
@@ -111,14 +118,13 @@ func (k Kind) RemoveStale(parent string, report func(string)) {
 	if report == nil {
 		report = func(string) {}
 	}
-	name := regexp.MustCompile(`^` + regexp.QuoteMeta(k.Prefix) + `[0-9]+$`)
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		report(fmt.Sprintf("leftovers of interrupted %ss: %v", k.Noun, err))
 		return
 	}
 	for _, e := range entries {
-		if !name.MatchString(e.Name()) {
+		if !k.named(e.Name()) {
 			continue
 		}
 		path := filepath.Join(parent, e.Name())
