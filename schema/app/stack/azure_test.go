@@ -162,7 +162,7 @@ func TestAzureSchemaCatches(t *testing.T) {
 	}
 	sch := armSchema(t)
 	for _, tc := range []struct{ from, to string }{
-		{`"apiVersion": "2023-09-01",`, ``},
+		{`"apiVersion": "` + apiCompute + `",`, ``},
 		{`"contentVersion": "1.0.0.0"`, `"contentVersion": "1.0"`},
 		{`"priority": 4096`, `"priority": 5000`},
 		{`"type": "securestring"`, `"type": "password"`},

@@ -93,7 +93,7 @@ var subnetId = (createVnet ? resourceId('Microsoft.Network/virtualNetworks/subne
 
 var vaultName = concat('byoc', uniqueString(resourceGroup().id, 'acme'))
 
-resource identity_agent 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+resource identity_agent 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = {
   location: Location
   name: 'byoc-acme-agent'
   tags: {
@@ -101,7 +101,7 @@ resource identity_agent 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-0
   }
 }
 
-resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
+resource vault 'Microsoft.KeyVault/vaults@2024-11-01' = {
   location: Location
   name: vaultName
   properties: {
@@ -120,7 +120,7 @@ resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
   }
 }
 
-resource secret_enrollment_token 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = {
+resource secret_enrollment_token 'Microsoft.KeyVault/vaults/secrets@2024-11-01' = {
   dependsOn: [
     vault
   ]
@@ -145,7 +145,7 @@ resource roleAssignment 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   scope: vault
 }
 
-resource registry 'Microsoft.ContainerRegistry/registries@2023-07-01' = {
+resource registry 'Microsoft.ContainerRegistry/registries@2025-11-01' = {
   location: Location
   name: registryName
   properties: {
@@ -160,7 +160,7 @@ resource registry 'Microsoft.ContainerRegistry/registries@2023-07-01' = {
   }
 }
 
-resource secret_input_admin_email 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = if (!(empty(InputAdminEmail))) {
+resource secret_input_admin_email 'Microsoft.KeyVault/vaults/secrets@2024-11-01' = if (!(empty(InputAdminEmail))) {
   dependsOn: [
     vault
   ]
@@ -170,7 +170,7 @@ resource secret_input_admin_email 'Microsoft.KeyVault/vaults/secrets@2023-07-01'
   }
 }
 
-resource secret_secret_license_key 'Microsoft.KeyVault/vaults/secrets@2023-07-01' = {
+resource secret_secret_license_key 'Microsoft.KeyVault/vaults/secrets@2024-11-01' = {
   dependsOn: [
     vault
   ]
@@ -180,7 +180,7 @@ resource secret_secret_license_key 'Microsoft.KeyVault/vaults/secrets@2023-07-01
   }
 }
 
-resource identity_provision 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = if (EnableProvision) {
+resource identity_provision 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = if (EnableProvision) {
   location: Location
   name: 'byoc-acme-provision'
   tags: {
@@ -216,7 +216,7 @@ resource roleAssignment3 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
   scope: registry
 }
 
-resource identity_maintenance 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = if (EnableMaintenance) {
+resource identity_maintenance 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = if (EnableMaintenance) {
   location: Location
   name: 'byoc-acme-maintenance'
   tags: {
@@ -265,7 +265,7 @@ resource roleAssignment6 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
   scope: registry
 }
 
-resource identity_deprovision 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = if (EnableDeprovision) {
+resource identity_deprovision 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = if (EnableDeprovision) {
   location: Location
   name: 'byoc-acme-deprovision'
   tags: {
@@ -301,7 +301,7 @@ resource roleAssignment8 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
   scope: registry
 }
 
-resource identity_break_glass 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = if (EnableBreakGlass) {
+resource identity_break_glass 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = if (EnableBreakGlass) {
   location: Location
   name: 'byoc-acme-break-glass'
   tags: {
@@ -337,7 +337,7 @@ resource roleAssignment10 'Microsoft.Authorization/roleAssignments@2022-04-01' =
   scope: registry
 }
 
-resource identity_break_glass_admin 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = if (EnableBreakGlass) {
+resource identity_break_glass_admin 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = if (EnableBreakGlass) {
   location: Location
   name: 'byoc-acme-break-glass-admin'
   tags: {
@@ -373,7 +373,7 @@ resource roleAssignment12 'Microsoft.Authorization/roleAssignments@2022-04-01' =
   scope: registry
 }
 
-resource nsg_nsg 'Microsoft.Network/networkSecurityGroups@2023-09-01' = {
+resource nsg_nsg 'Microsoft.Network/networkSecurityGroups@2025-05-01' = {
   location: Location
   name: 'byoc-acme-nsg'
   properties: {
@@ -440,7 +440,7 @@ resource nsg_nsg 'Microsoft.Network/networkSecurityGroups@2023-09-01' = {
   }
 }
 
-resource publicIp_nat_ip 'Microsoft.Network/publicIPAddresses@2023-09-01' = if (createVnet) {
+resource publicIp_nat_ip 'Microsoft.Network/publicIPAddresses@2025-05-01' = if (createVnet) {
   location: Location
   name: 'byoc-acme-nat-ip'
   properties: {
@@ -455,7 +455,7 @@ resource publicIp_nat_ip 'Microsoft.Network/publicIPAddresses@2023-09-01' = if (
   }
 }
 
-resource natGateway_nat 'Microsoft.Network/natGateways@2023-09-01' = if (createVnet) {
+resource natGateway_nat 'Microsoft.Network/natGateways@2025-05-01' = if (createVnet) {
   dependsOn: [
     publicIp_nat_ip
   ]
@@ -476,7 +476,7 @@ resource natGateway_nat 'Microsoft.Network/natGateways@2023-09-01' = if (createV
   }
 }
 
-resource vnet_vnet 'Microsoft.Network/virtualNetworks@2023-09-01' = if (createVnet) {
+resource vnet_vnet 'Microsoft.Network/virtualNetworks@2025-05-01' = if (createVnet) {
   dependsOn: [
     natGateway_nat
     nsg_nsg
@@ -510,7 +510,7 @@ resource vnet_vnet 'Microsoft.Network/virtualNetworks@2023-09-01' = if (createVn
   }
 }
 
-resource nic_nic 'Microsoft.Network/networkInterfaces@2023-09-01' = {
+resource nic_nic 'Microsoft.Network/networkInterfaces@2025-05-01' = {
   dependsOn: [
     nsg_nsg
     vnet_vnet
@@ -538,7 +538,7 @@ resource nic_nic 'Microsoft.Network/networkInterfaces@2023-09-01' = {
   }
 }
 
-resource vm_agent 'Microsoft.Compute/virtualMachines@2023-09-01' = {
+resource vm_agent 'Microsoft.Compute/virtualMachines@2026-04-01' = {
   dependsOn: [
     secret_input_admin_email
     secret_secret_license_key
@@ -630,7 +630,7 @@ resource vm_agent 'Microsoft.Compute/virtualMachines@2023-09-01' = {
   }
 }
 
-resource vmExtension_byoc_agent 'Microsoft.Compute/virtualMachines/extensions@2023-09-01' = {
+resource vmExtension_byoc_agent 'Microsoft.Compute/virtualMachines/extensions@2026-04-01' = {
   dependsOn: [
     vm_agent
   ]
