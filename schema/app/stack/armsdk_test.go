@@ -600,6 +600,7 @@ func TestAzurePublishedSchemasCatch(t *testing.T) {
 		{`"access": "Deny",`, `"access": "Block",`, `properties.securityRules[2].properties.access: "Block" is not one of SecurityRuleAccess's values`},
 		{`"storageAccountType": "StandardSSD_LRS"`, `"storageAccountType": "StandardSSD"`,
 			`properties.storageProfile.osDisk.managedDisk.storageAccountType: "StandardSSD" is not one of StorageAccountTypes's values`},
+		{`"principalType": "ServicePrincipal"`, `"principalType": "App"`, `properties.principalType: "App" is not one of PrincipalType's values`},
 		// A required property missing.
 		{`"softDeleteRetentionInDays": 7,
         "tenantId": "[subscription().tenantId]"`, `"softDeleteRetentionInDays": 7`, `properties.tenantId: required property of VaultProperties missing`},

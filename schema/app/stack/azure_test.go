@@ -153,8 +153,10 @@ func TestAzureExample(t *testing.T) {
 }
 
 // TestAzureSchemaCatches: the schema subset refuses what Azure would: a
-// missing apiVersion, an unknown resource key, a priority out of range,
-// an unknown parameter type.
+// missing apiVersion, an unknown resource key, an unknown parameter type,
+// and the documented limits the SDK's models do not carry (a priority or
+// retention out of range, a computer name too long). Resource bodies are
+// TestAzurePublishedSchemasCatch's.
 func TestAzureSchemaCatches(t *testing.T) {
 	tmpl, err := Azure(exampleOptions(t))
 	if err != nil {
@@ -167,7 +169,8 @@ func TestAzureSchemaCatches(t *testing.T) {
 		{`"priority": 4096`, `"priority": 5000`},
 		{`"type": "securestring"`, `"type": "password"`},
 		{`"location": "[parameters('Location')]",`, `"locaton": "[parameters('Location')]",`},
-		{`"principalType": "ServicePrincipal"`, `"principalType": "App"`},
+		{`"softDeleteRetentionInDays": 7`, `"softDeleteRetentionInDays": 3`},
+		{`"computerName": "byoc-acme-agent"`, `"computerName": "` + strings.Repeat("a", 65) + `"`},
 	} {
 		bad := strings.Replace(string(tmpl), tc.from, tc.to, 1)
 		if bad == string(tmpl) {
