@@ -398,6 +398,161 @@ func checkARMResources(sdk armSDK, tmpl []byte) ([]string, error) {
 	return problems, nil
 }
 
+// checkARMReferences checks each reference(resourceId('Type', ...),
+// 'api-version') of the template's expressions: a type and api-version
+// the SDK modules describe, and a property read from it (.principalId)
+// one of its model's properties.
+func checkARMReferences(sdk armSDK, tmpl []byte) (problems []string, n int, err error) {
+	var doc any
+	if err := json.Unmarshal(tmpl, &doc); err != nil {
+		return nil, 0, err
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for _, k := range slices.Sorted(maps.Keys(v)) {
+				walk(joinPath(path, k), v[k])
+			}
+		case []any:
+			for i, e := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		case string:
+			if !isARMExpression(v) {
+				return
+			}
+			for _, ref := range armReferences(v) {
+				n++
+				where := fmt.Sprintf("%s: reference(%s, '%s')", path, ref.resourceType, ref.apiVersion)
+				var put *sdkPut
+				for _, p := range sdk[strings.ToLower(ref.resourceType)] {
+					if p.apiVersion == ref.apiVersion {
+						put = &p
+						break
+					}
+				}
+				switch {
+				case put == nil:
+					problems = append(problems, where+": type and api-version not described by the SDK modules")
+				case ref.property != "":
+					body := put.pkg.structs[put.body]
+					f := body.fields["properties"]
+					var props *sdkStruct
+					if f != nil {
+						if st, ok := f.typ.(*ast.StarExpr); ok {
+							if id, ok := st.X.(*ast.Ident); ok {
+								props = put.pkg.structs[id.Name]
+							}
+						}
+					}
+					if props == nil || props.fields[ref.property] == nil {
+						problems = append(problems, where+"."+ref.property+": not a property of the resource")
+					}
+				}
+			}
+		}
+	}
+	walk("", doc)
+	return problems, n, nil
+}
+
+type armReference struct{ resourceType, apiVersion, property string }
+
+// armReferences finds reference(resourceId('Type', ...), 'version')
+// calls (and the property read from each) in an expression.
+func armReferences(e string) []armReference {
+	const call = "reference(resourceId('"
+	var refs []armReference
+	for i := strings.Index(e, call); i >= 0; i = nextIndex(e, call, i+1) {
+		open := i + len("reference")
+		end := armCallEnd(e, open)
+		if end < 0 {
+			continue
+		}
+		args := armSplitArgs(e[open+1 : end])
+		if len(args) != 2 {
+			continue
+		}
+		typeLit := strings.TrimPrefix(args[0], "resourceId(")
+		rt, _, _ := strings.Cut(strings.TrimPrefix(typeLit, "'"), "'")
+		ref := armReference{resourceType: rt, apiVersion: strings.Trim(strings.TrimSpace(args[1]), "'")}
+		if rest := e[end+1:]; strings.HasPrefix(rest, ".") {
+			n := 1
+			for n < len(rest) && (rest[n] >= 'a' && rest[n] <= 'z' || rest[n] >= 'A' && rest[n] <= 'Z' || rest[n] >= '0' && rest[n] <= '9') {
+				n++
+			}
+			ref.property = rest[1:n]
+		}
+		refs = append(refs, ref)
+	}
+	return refs
+}
+
+func nextIndex(s, sub string, from int) int {
+	if j := strings.Index(s[from:], sub); j >= 0 {
+		return from + j
+	}
+	return -1
+}
+
+// armCallEnd is the index of the parenthesis closing the one at open,
+// skipping string literals.
+func armCallEnd(e string, open int) int {
+	depth := 0
+	for i := open; i < len(e); i++ {
+		switch e[i] {
+		case '\'':
+			i = armStringEnd(e, i)
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// armStringEnd is the index of the quote closing the string literal
+// opening at i (two quotes inside it are one).
+func armStringEnd(s string, i int) int {
+	for i++; i < len(s); i++ {
+		if s[i] == '\'' {
+			if i+1 < len(s) && s[i+1] == '\'' {
+				i++
+				continue
+			}
+			return i
+		}
+	}
+	return i
+}
+
+// armSplitArgs splits a call's arguments at its top-level commas.
+func armSplitArgs(s string) []string {
+	var args []string
+	depth, start := 0, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\'':
+			i = armStringEnd(s, i)
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case ',':
+			if depth == 0 {
+				args = append(args, strings.TrimSpace(s[start:i]))
+				start = i + 1
+			}
+		}
+	}
+	return append(args, strings.TrimSpace(s[start:]))
+}
+
 type sdkChecker struct {
 	pkg      *sdkPkg
 	where    string
@@ -576,7 +731,15 @@ func TestAzureTemplatePublishedSchemas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range problems {
+		refProblems, refs, err := checkARMReferences(sdk, tmpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The agent's and each mode's identity, Key Vault, the registry.
+		if refs < 5 {
+			t.Errorf("%s: only %d reference() calls found", name, refs)
+		}
+		for _, p := range append(problems, refProblems...) {
 			t.Errorf("%s: %s", name, p)
 		}
 	}
@@ -612,6 +775,10 @@ func TestAzurePublishedSchemasCatch(t *testing.T) {
 		{`"diskSizeGB": 30,`, `"diskSizeGB": "30",`, `properties.storageProfile.osDisk.diskSizeGB: string "30", want an integer`},
 		{`"priority": 100,`, `"priority": 100.5,`, `properties.securityRules[0].properties.priority: number 100.5, want an integer`},
 		{`"enableSoftDelete": true,`, `"enableSoftDelete": "true",`, `properties.enableSoftDelete: string "true", want a boolean`},
+		// A reference() at an api-version no module describes, or reading
+		// a property the resource does not have.
+		{`'` + apiIdentities + `').principalId`, `'2023-01-31').principalId`, `reference(Microsoft.ManagedIdentity/userAssignedIdentities, '2023-01-31'): type and api-version not described`},
+		{`'` + apiRegistry + `').loginServer]`, `'` + apiRegistry + `').loginServr]`, `reference(Microsoft.ContainerRegistry/registries, '` + apiRegistry + `').loginServr: not a property of the resource`},
 		// A type or api-version no module describes.
 		{`"apiVersion": "` + apiRegistry + `",`, `"apiVersion": "2019-05-01",`, `Microsoft.ContainerRegistry/registries "[variables('registryName')]" (2019-05-01): api-version not described by the SDK modules, which have ` + apiRegistry},
 		{`"type": "Microsoft.ContainerRegistry/registries"`, `"type": "Microsoft.ContainerRegistry/registry"`, `Microsoft.ContainerRegistry/registry "[variables('registryName')]" (` + apiRegistry + `): no SDK module describes this resource type`},
@@ -624,6 +791,11 @@ func TestAzurePublishedSchemasCatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		refProblems, _, err := checkARMReferences(sdk, []byte(bad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems = append(problems, refProblems...)
 		if len(problems) != 1 || !strings.Contains(problems[0], tc.want) {
 			t.Errorf("%s → %s: want one problem with %q, got %q", tc.from, tc.to, tc.want, problems)
 		}
