@@ -90,6 +90,7 @@ var (
 	reAttrGet  = regexp.MustCompile(`^(cdktf\.Fn\.tolist\()?this\.get(\w*)Attribute\('([^']+)'\)\)?$`)
 	reFieldGet = regexp.MustCompile(`^this\._(\w+)$`)
 	reNew      = regexp.MustCompile(`(?m)^ +// ([A-Za-z0-9_-]+) - computed: (true|false), optional: (true|false), required: (true|false)\n +this\._(\w+) = new ([\w.]+)\(this, "([^"]+)"(?:, (true|false))?\);$`)
+	reAnyNew   = regexp.MustCompile(`(?m)^ +this\._\w+ = new `)
 	reConfig   = regexp.MustCompile(`(?m)^ +this\._(\w+)(?:\.internalValue)? = config\.(\w+);$`)
 	reElem     = regexp.MustCompile(`(?m)^    get\(index\) \{\n +return new ([\w.]+)\(`)
 	reValue    = regexp.MustCompile(`(?:this\._|struct\.)(\w+)(?:\.internalValue)?\)$`)
@@ -129,6 +130,9 @@ func (m *module) parseFile(file, src string) error {
 			}
 			c.fields[s[5]] = &field{name: s[7], class: cls, wrapsSet: s[8] == "true", computed: s[2] == "true"}
 		}
+		if n := len(reAnyNew.FindAllStringIndex(body, -1)); n != len(c.fields) {
+			return fmt.Errorf("%s: class %s: recognised %d of %d complex attributes", file, c.name, len(c.fields), n)
+		}
 		for _, s := range reConfig.FindAllStringSubmatch(body, -1) {
 			c.config[s[1]] = s[2]
 		}
@@ -138,6 +142,8 @@ func (m *module) parseFile(file, src string) error {
 				c.getters = append(c.getters, getter{name: a[3], kind: a[2], set: a[1] != ""})
 			} else if f := reFieldGet.FindStringSubmatch(ret); f != nil && c.fields[f[1]] != nil {
 				c.getters = append(c.getters, getter{name: c.fields[f[1]].name, field: f[1]})
+			} else if strings.Contains(ret, "Attribute(") {
+				return fmt.Errorf("%s: class %s: getter %s: unrecognised %q", file, c.name, s[1], ret)
 			}
 		}
 		if e := reElem.FindStringSubmatch(body); e != nil {
