@@ -8,9 +8,10 @@
 //
 // converts the bindings into a schema file. Started by Terraform (as
 // terraform-provider-google_vX.Y.Z), it serves the schema in
-// schema.json.gz beside its own executable: every validation passes
-// through to Terraform's own checks against the schema, and anything
-// that would plan, apply or read fails saying it is a stand-in.
+// schema.json.gz beside its own executable: validation is Terraform's
+// own check against the schema plus the stand-in's of computed-only
+// attributes set, and anything that would plan, apply or read fails
+// saying it is a stand-in.
 package main
 
 import (

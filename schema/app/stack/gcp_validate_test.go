@@ -133,7 +133,8 @@ func (v *tfValidator) validate(t *testing.T, tf []byte) []string {
 // block exists with the right type and required ones are set, for the
 // example and variants (break glass on, an existing network, labels,
 // an app with no break-glass roles and no gcp_roles). A misspelt
-// argument in a copy is reported by name, so the check is live.
+// argument, a block written as an argument and a computed-only attribute
+// set in a copy are each reported by name, so the check is live.
 func TestGCPTerraformValidate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs terraform (full tier)")
@@ -171,19 +172,27 @@ func TestGCPTerraformValidate(t *testing.T) {
 			}
 		})
 	}
-	t.Run("misspelt argument", func(t *testing.T) {
-		re := regexp.MustCompile(`(?m)^(\s+)machine_type(\s+= var\.machine_type)$`)
-		broken := re.ReplaceAll(base, []byte("${1}machine_typo${2}"))
-		if string(broken) == string(base) {
-			t.Fatal("no machine_type argument to misspell")
-		}
-		diags := v.validate(t, broken)
-		var named bool
-		for _, d := range diags {
-			named = named || strings.Contains(d, `"machine_typo" is not expected here`) && strings.HasPrefix(d, "main.tf:")
-		}
-		if !named {
-			t.Errorf("terraform validate on a misspelt argument reported:\n%s", strings.Join(diags, "\n"))
-		}
-	})
+	// Broken copies: each is reported, naming what is wrong.
+	for _, tc := range []struct {
+		name, re, repl, want string
+	}{
+		{"misspelt argument", `(?m)^(\s+)machine_type(\s+= var\.machine_type)$`, "${1}machine_typo${2}", `"machine_typo" is not expected here`},
+		{"block written as an argument", `(?m)^(\s+)shielded_instance_config \{$`, "${1}shielded_instance_config = {", `"shielded_instance_config" is not expected here`},
+		{"computed-only attribute set", `(?m)^(resource "google_compute_instance" "agent" \{)$`, "${1}\n  self_link = \"x\"", `"self_link" is set by the provider`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			broken := regexp.MustCompile(tc.re).ReplaceAll(base, []byte(tc.repl))
+			if string(broken) == string(base) {
+				t.Fatalf("%s matches nothing in the configuration", tc.re)
+			}
+			diags := v.validate(t, broken)
+			var named bool
+			for _, d := range diags {
+				named = named || strings.Contains(d, tc.want) && strings.HasPrefix(d, "main.tf:")
+			}
+			if !named {
+				t.Errorf("terraform validate reported, without %q:\n%s", tc.want, strings.Join(diags, "\n"))
+			}
+		})
+	}
 }

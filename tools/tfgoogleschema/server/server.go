@@ -1,10 +1,11 @@
 // Package server serves a provider schema over Terraform's plugin
 // protocol 5 (hashicorp/google's) and nothing else: the schema RPCs
-// answer from the schema file, the Validate RPCs answer with no
-// diagnostics (so what `terraform validate` reports is Terraform's own
-// check of the configuration against the schema), and every RPC that
-// would configure the provider, plan, apply, read or import fails with
-// an error saying this is a schema-only stand-in.
+// answer from the schema file; the Validate RPCs report only computed-only
+// attributes set in the configuration (a schema check Terraform leaves
+// to providers), so what `terraform validate` reports is otherwise
+// Terraform's own check of the configuration against the schema; and
+// every RPC that would configure the provider, plan, apply, read or
+// import fails with an error saying this is a schema-only stand-in.
 package server
 
 import (
@@ -260,8 +261,73 @@ func (p *Provider) StopProvider(context.Context, *tfprotov5.StopProviderRequest)
 	return &tfprotov5.StopProviderResponse{}, nil
 }
 
-func (p *Provider) ValidateResourceTypeConfig(context.Context, *tfprotov5.ValidateResourceTypeConfigRequest) (*tfprotov5.ValidateResourceTypeConfigResponse, error) {
-	return &tfprotov5.ValidateResourceTypeConfigResponse{}, nil
+func (p *Provider) ValidateResourceTypeConfig(_ context.Context, req *tfprotov5.ValidateResourceTypeConfigRequest) (*tfprotov5.ValidateResourceTypeConfigResponse, error) {
+	s, err := p.load()
+	if err != nil {
+		return &tfprotov5.ValidateResourceTypeConfigResponse{Diagnostics: loadDiags(err)}, nil
+	}
+	return &tfprotov5.ValidateResourceTypeConfigResponse{Diagnostics: computedSet(s.ResourceSchemas[req.TypeName], req.Config)}, nil
+}
+
+// computedSet reports the computed-only attributes config sets. Terraform
+// leaves this check to the provider (the SDK the real one is built on
+// makes it for every resource type and data source), so a stand-in that
+// answered nothing would let such a configuration through. It is the one
+// check made here: it needs only the schema.
+func computedSet(s *tfprotov5.Schema, config *tfprotov5.DynamicValue) []*tfprotov5.Diagnostic {
+	if s == nil || config == nil {
+		return nil // Terraform reports an unknown type itself
+	}
+	v, err := config.Unmarshal(s.Block.ValueType())
+	if err != nil {
+		return []*tfprotov5.Diagnostic{{Severity: tfprotov5.DiagnosticSeverityError, Summary: "Stand-in hashicorp/google cannot read the configuration", Detail: err.Error()}}
+	}
+	var diags []*tfprotov5.Diagnostic
+	walkComputed(s.Block, v, tftypes.NewAttributePath(), &diags)
+	return diags
+}
+
+func walkComputed(b *tfprotov5.SchemaBlock, v tftypes.Value, path *tftypes.AttributePath, diags *[]*tfprotov5.Diagnostic) {
+	if v.IsNull() || !v.IsKnown() {
+		return
+	}
+	var m map[string]tftypes.Value
+	if v.As(&m) != nil {
+		return
+	}
+	for _, a := range b.Attributes {
+		if a.Computed && !a.Optional && !a.Required && !m[a.Name].IsNull() {
+			*diags = append(*diags, &tfprotov5.Diagnostic{
+				Severity:  tfprotov5.DiagnosticSeverityError,
+				Summary:   "Computed attribute cannot be set",
+				Detail:    fmt.Sprintf("%q is set by the provider (computed only in hashicorp/google's schema): remove it from the configuration.", a.Name),
+				Attribute: path.WithAttributeName(a.Name),
+			})
+		}
+	}
+	for _, nb := range b.BlockTypes {
+		bv := m[nb.TypeName]
+		if bv.IsNull() || !bv.IsKnown() {
+			continue
+		}
+		at := path.WithAttributeName(nb.TypeName)
+		switch nb.Nesting {
+		case tfprotov5.SchemaNestedBlockNestingModeList, tfprotov5.SchemaNestedBlockNestingModeSet:
+			var elems []tftypes.Value
+			if bv.As(&elems) != nil {
+				continue
+			}
+			for i, e := range elems {
+				ep := at.WithElementKeyInt(i)
+				if nb.Nesting == tfprotov5.SchemaNestedBlockNestingModeSet {
+					ep = at.WithElementKeyValue(e)
+				}
+				walkComputed(nb.Block, e, ep, diags)
+			}
+		default:
+			walkComputed(nb.Block, bv, at, diags)
+		}
+	}
 }
 
 func (p *Provider) UpgradeResourceState(_ context.Context, req *tfprotov5.UpgradeResourceStateRequest) (*tfprotov5.UpgradeResourceStateResponse, error) {
@@ -296,8 +362,12 @@ func (p *Provider) GenerateResourceConfig(_ context.Context, req *tfprotov5.Gene
 	return &tfprotov5.GenerateResourceConfigResponse{Diagnostics: standIn("Generating configuration for " + req.TypeName)}, nil
 }
 
-func (p *Provider) ValidateDataSourceConfig(context.Context, *tfprotov5.ValidateDataSourceConfigRequest) (*tfprotov5.ValidateDataSourceConfigResponse, error) {
-	return &tfprotov5.ValidateDataSourceConfigResponse{}, nil
+func (p *Provider) ValidateDataSourceConfig(_ context.Context, req *tfprotov5.ValidateDataSourceConfigRequest) (*tfprotov5.ValidateDataSourceConfigResponse, error) {
+	s, err := p.load()
+	if err != nil {
+		return &tfprotov5.ValidateDataSourceConfigResponse{Diagnostics: loadDiags(err)}, nil
+	}
+	return &tfprotov5.ValidateDataSourceConfigResponse{Diagnostics: computedSet(s.DataSourceSchemas[req.TypeName], req.Config)}, nil
 }
 
 func (p *Provider) ReadDataSource(_ context.Context, req *tfprotov5.ReadDataSourceRequest) (*tfprotov5.ReadDataSourceResponse, error) {

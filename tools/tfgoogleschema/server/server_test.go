@@ -14,7 +14,7 @@ import (
 )
 
 // TestProvider: the schema comes from the file with cty types, nesting
-// and limits; validation says nothing; planning, applying, reading and
+// and limits; validation reports only a computed-only attribute set; planning, applying, reading and
 // configuring fail naming the stand-in; a missing file is a diagnostic.
 func TestProvider(t *testing.T) {
 	ctx := context.Background()
@@ -54,8 +54,30 @@ func TestProvider(t *testing.T) {
 	if m, _ := p.GetMetadata(ctx, &tfprotov5.GetMetadataRequest{}); len(m.Resources) != 1 || len(m.DataSources) != 1 {
 		t.Errorf("metadata %+v", m)
 	}
-	if v, _ := p.ValidateResourceTypeConfig(ctx, &tfprotov5.ValidateResourceTypeConfigRequest{TypeName: "google_thing"}); len(v.Diagnostics) > 0 {
+	config := func(parts tftypes.Value) *tfprotov5.DynamicValue {
+		t.Helper()
+		typ := r.ResourceSchemas["google_thing"].ValueType()
+		objType := typ.(tftypes.Object)
+		vals := map[string]tftypes.Value{}
+		for n, at := range objType.AttributeTypes {
+			vals[n] = tftypes.NewValue(at, nil)
+		}
+		vals["name"] = tftypes.NewValue(tftypes.String, "x")
+		vals["parts"] = parts
+		dv, err := tfprotov5.NewDynamicValue(typ, tftypes.NewValue(typ, vals))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &dv
+	}
+	partsType := thing.Attributes[2].Type
+	if v, _ := p.ValidateResourceTypeConfig(ctx, &tfprotov5.ValidateResourceTypeConfigRequest{TypeName: "google_thing", Config: config(tftypes.NewValue(partsType, nil))}); len(v.Diagnostics) > 0 {
 		t.Errorf("validate: %v", v.Diagnostics)
+	}
+	// A computed-only attribute set, even to a value not known yet.
+	v, _ := p.ValidateResourceTypeConfig(ctx, &tfprotov5.ValidateResourceTypeConfigRequest{TypeName: "google_thing", Config: config(tftypes.NewValue(partsType, tftypes.UnknownValue))})
+	if len(v.Diagnostics) != 1 || !strings.Contains(v.Diagnostics[0].Detail, `"parts"`) || !v.Diagnostics[0].Attribute.Equal(tftypes.NewAttributePath().WithAttributeName("parts")) {
+		t.Errorf("validate with parts set: %+v", v.Diagnostics)
 	}
 	plan, _ := p.PlanResourceChange(ctx, &tfprotov5.PlanResourceChangeRequest{TypeName: "google_thing"})
 	conf, _ := p.ConfigureProvider(ctx, &tfprotov5.ConfigureProviderRequest{})
