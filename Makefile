@@ -101,6 +101,8 @@ lint: ## gofmt, go vet, staticcheck and buf lint.
 	$(TOOL) buf lint
 	@# bench/river is a module of its own (River stays out of go.mod): vetted here too.
 	cd bench/river && $(GO) vet ./... && $(GO) tool -modfile=../../tools/go.mod staticcheck ./...
+	@# tools/tfgoogleschema (the hashicorp/google stand-in) is a module of its own too.
+	cd tools/tfgoogleschema && $(GO) vet ./... && $(GO) tool -modfile=../go.mod staticcheck ./...
 
 .PHONY: test-short
 test-short: ## Fast tier: go test -short -race.
@@ -109,6 +111,7 @@ test-short: ## Fast tier: go test -short -race.
 .PHONY: test-full
 test-full: terraform-mirror kube-apiserver-ci ## Full tier: tests that start real servers (PostgreSQL, processes, terraform, kube-apiserver).
 	$(GO) test -count=1 -timeout 30m ./...
+	cd tools/tfgoogleschema && $(GO) test -count=1 ./...
 
 # The replica tier runs inside test-full (e2e/fault, in parallel with the
 # rest); this target runs only it.
