@@ -239,6 +239,11 @@ func (s *Service) changeRelease(ctx context.Context, id, reason string, action s
 	}
 	s.log.InfoContext(ctx, "release "+string(action), "release", id, "by", callerFrom(ctx).Name, "reason", reason)
 	s.hub.FleetChanged()
+	if action == store.ReleaseCancel {
+		// An agent rollout's cancel withdraws offers: the agents'
+		// streams tell them (other replicas' within offerPoll).
+		s.hub.OfferChanged()
+	}
 	if s.cfg.Releases != nil {
 		s.cfg.Releases.Kick(id)
 	}

@@ -206,6 +206,11 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 	}
 	if n > 0 {
 		e.hub.FleetChanged()
+		if r.IsAgentRollout() {
+			// An install that missed its deadline had its offer
+			// withdrawn: its agents' streams tell them.
+			e.hub.OfferChanged()
+		}
 	}
 	all, err := e.st.CountReleaseInstalls(ctx, []string{id})
 	if err != nil {
@@ -406,8 +411,9 @@ func (e *Engine) cancel(ctx context.Context, r store.Release, count map[store.Re
 		return err
 	}
 	if r.IsAgentRollout() {
-		// An offer made is not taken back: its installs end as their
-		// agents confirm, fail, or miss the deadline.
+		// The cancel withdrew the offers no agent took (the store's
+		// cancelAgentRollout); an install whose agent took it ends as
+		// its agents confirm, fail, or miss the deadline.
 		return nil
 	}
 	running, err := e.st.ReleaseInstallsIn(ctx, r.ID, -1, store.RIRunning)

@@ -217,25 +217,125 @@ func (s *Store) RecordAgentRolloutInstalls(ctx context.Context, r Release, now t
 			if !c.withdraw {
 				continue
 			}
-			var offers []struct {
-				ID    string `db:"id"`
-				Offer string `db:"update_offer"`
-			}
-			if err := tx.SelectContext(ctx, &offers, s.bind(`SELECT id, update_offer FROM agents WHERE install_id = ?`), c.installID); err != nil {
+			if _, err := s.withdrawOffer(ctx, tx, c.installID, c.offerID, "release "+r.ID, c.msg, now); err != nil {
 				return err
-			}
-			for _, a := range offers {
-				var o UpdateOffer
-				if json.Unmarshal([]byte(a.Offer), &o) == nil && o.ID == c.offerID {
-					if _, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET update_offer = '' WHERE id = ? AND update_offer = ?`), a.ID, a.Offer); err != nil {
-						return err
-					}
-				}
 			}
 		}
 		return nil
 	})
 	return n, err
+}
+
+// KindAgentUpdateOfferWithdrawn is imsd's withdrawal of an agent's
+// update offer (install chain, subject the agent); the agent's own
+// answer, when it drops the offer, is agent.update_withdrawn.
+const KindAgentUpdateOfferWithdrawn = "agent.update_offer_withdrawn"
+
+// withdrawOffer marks offer offerID withdrawn (by, for reason, at now) for
+// each agent of installID that holds it and has not had it withdrawn,
+// each write conditional on the offer read (so two replicas withdraw
+// once), audited as agent.update_offer_withdrawn. It returns the agents'
+// ids. The agents' streams then send the signed withdrawal until each
+// agent's report answers the offer (agentapi's sendOffer).
+func (s *Store) withdrawOffer(ctx context.Context, tx *txn, installID, offerID, by, reason string, now time.Time) ([]string, error) {
+	var offers []struct {
+		ID    string `db:"id"`
+		Offer string `db:"update_offer"`
+	}
+	if err := tx.SelectContext(ctx, &offers, s.bind(`SELECT id, update_offer FROM agents WHERE install_id = ? AND update_offer <> '' ORDER BY id`), installID); err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, a := range offers {
+		var o UpdateOffer
+		if json.Unmarshal([]byte(a.Offer), &o) != nil || o.ID != offerID || o.Withdrawn() {
+			continue
+		}
+		o.WithdrawnAt, o.WithdrawnBy, o.WithdrawReason = now.UTC(), by, truncate(reason, 512)
+		b, err := json.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET update_offer = ? WHERE id = ? AND update_offer = ?`), string(b), a.ID, a.Offer)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, err
+		} else if n == 0 {
+			continue
+		}
+		if err := s.Audit(ctx, tx, AuditEvent{Chain: installID, At: now, Kind: KindAgentUpdateOfferWithdrawn, Actor: by, Subject: "agent:" + a.ID,
+			Data: map[string]string{"release": o.Release, "offer": o.ID, "reason": truncate(reason, 512)}}); err != nil {
+			return nil, err
+		}
+		ids = append(ids, a.ID)
+	}
+	return ids, nil
+}
+
+// cancelAgentRollout withdraws, as agent rollout id is cancelled (by,
+// for reason), the offers of its running installs that no agent has taken: an
+// install whose agents all left the offer unanswered or deferred it ends
+// cancelled ("rollout cancelled; offer withdrawn"), its agents' offers
+// withdrawn. An install one of whose agents answered it otherwise
+// (applied, confirmed, refused...) keeps running and ends as its agents
+// report: an applied update is not rolled back. It returns how many
+// installs it cancelled. In the cancel's transaction, which holds the
+// release's row, each write conditional.
+func (s *Store) cancelAgentRollout(ctx context.Context, tx *txn, id, by, reason string, now time.Time) (int, error) {
+	msg := "rollout cancelled by " + by
+	var rows []struct {
+		InstallID string `db:"install_id"`
+		OfferID   string `db:"offer_id"`
+		Report    string `db:"update_report"`
+	}
+	if err := tx.SelectContext(ctx, &rows, s.bind(`SELECT ri.install_id, ri.offer_id, COALESCE(a.update_report, '') AS update_report
+		FROM release_installs ri LEFT JOIN agents a ON a.install_id = ri.install_id AND a.revoked_at = 0
+		WHERE ri.release_id = ? AND ri.state = 'running' ORDER BY ri.wave, ri.position, a.id`), id); err != nil {
+		return 0, err
+	}
+	taken := map[string]bool{}
+	var order []string
+	for _, r := range rows {
+		if _, seen := taken[r.InstallID]; !seen {
+			taken[r.InstallID] = false
+			order = append(order, r.InstallID)
+		}
+		var u AgentUpdate
+		if r.Report != "" && json.Unmarshal([]byte(r.Report), &u) == nil && u.LastOfferID == r.OfferID && r.OfferID != "" && u.LastKind != "deferred" {
+			taken[r.InstallID] = true
+		}
+	}
+	offer := map[string]string{}
+	for _, r := range rows {
+		offer[r.InstallID] = r.OfferID
+	}
+	n := 0
+	for _, in := range order {
+		if taken[in] {
+			if _, err := tx.ExecContext(ctx, s.bind(`UPDATE release_installs SET error = ? WHERE release_id = ? AND install_id = ? AND state = 'running'`),
+				truncate(msg+"; an agent took the offer already: the install ends as its agents report (an applied update is not rolled back)"+cmpReason(reason), 1024), id, in); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		ended, err := s.endAgentRolloutInstall(ctx, tx, id, in, RICancelled, msg+"; offer withdrawn"+cmpReason(reason), now)
+		if err != nil {
+			return 0, err
+		}
+		if !ended {
+			continue
+		}
+		n++
+		if offer[in] == "" {
+			continue
+		}
+		if _, err := s.withdrawOffer(ctx, tx, in, offer[in], by, "release "+id+" cancelled"+cmpReason(reason), now); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }
 
 func verbOf(kind string) string {

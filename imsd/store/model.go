@@ -361,7 +361,17 @@ type UpdateOffer struct {
 	Release   string    `json:"release"`
 	OfferedBy string    `json:"offered_by"`
 	OfferedAt time.Time `json:"offered_at"`
+	// WithdrawnAt is when imsd took the offer back (zero: it stands), by
+	// WithdrawnBy for WithdrawReason: the agent is told (a signed
+	// withdrawal) until its report answers the offer, and drops it if it
+	// has not applied it.
+	WithdrawnAt    time.Time `json:"withdrawn_at,omitzero"`
+	WithdrawnBy    string    `json:"withdrawn_by,omitempty"`
+	WithdrawReason string    `json:"withdraw_reason,omitempty"`
 }
+
+// Withdrawn says whether imsd took the offer back.
+func (o *UpdateOffer) Withdrawn() bool { return o != nil && !o.WithdrawnAt.IsZero() }
 
 // StackReport is what an agent reports of its install stack: the
 // customer-provided inputs (a non-sensitive one's value, "set" for a

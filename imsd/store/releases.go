@@ -738,6 +738,12 @@ func (s *Store) ChangeRelease(ctx context.Context, id string, action ReleaseActi
 				break
 			}
 			err = s.cancelRelease(ctx, tx, id, reason, now)
+			if err == nil && row.AgentRelease != "" {
+				var n int
+				if n, err = s.cancelAgentRollout(ctx, tx, id, by, reason, now); n > 0 {
+					data["offers_withdrawn"] = strconv.Itoa(n)
+				}
+			}
 		case ReleaseRetry:
 			switch state {
 			case ReleaseHalted, ReleaseFailed, ReleaseRunning, ReleasePaused:
@@ -792,6 +798,14 @@ func (s *Store) ChangeRelease(ctx context.Context, id string, action ReleaseActi
 		return err
 	})
 	return out, err
+}
+
+// cmpReason is ": reason", or "" for none.
+func cmpReason(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + reason
 }
 
 // cancelRelease marks release id cancelled-on-request and ends its

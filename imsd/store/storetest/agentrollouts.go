@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ func testAgentRollouts(t *testing.T, e *env) {
 	equal(t, "timed out", n, 1)
 	ag, err = e.s.GetAgent(ctx, "agent-ar-a")
 	ok(t, err)
-	if ag.UpdateOffer != nil {
+	if !ag.UpdateOffer.Withdrawn() || ag.UpdateOffer.ID != "uo-late" || ag.UpdateOffer.WithdrawnBy != "release ar-2" {
 		t.Fatalf("offer not withdrawn: %+v", ag.UpdateOffer)
 	}
 	evs, err := e.s.ListAuditEvents(ctx, store.AuditFilter{Chain: store.VendorChain, OneChain: true})
@@ -122,4 +123,111 @@ func testAgentRollouts(t *testing.T, e *env) {
 	ok(t, err)
 	equal(t, "rollback refused", ins[0].State, store.RIFailed)
 	equal(t, "rollback refused why", ins[0].Error, "agent agent-ar-a could not roll it back: agentd.prev is not the binary the update replaced")
+}
+
+// Cancelling an agent rollout withdraws, in the same write, the offers of
+// its running installs that no agent took (unanswered or deferred to the
+// customer's window): those installs end cancelled, each agent's offer is
+// marked withdrawn and audited on the install's chain. An install whose
+// agent applied the offer keeps running (not rolled back). Cancelling
+// again, or from a second replica at once, withdraws nothing more.
+func testAgentRolloutCancel(t *testing.T, e *env) {
+	ctx := e.ctx()
+	d, ap, f, g := e.install("arc-deferred"), e.install("arc-applied"), e.install("arc-silent"), e.install("arc-later")
+	e.agent(d, "agent-arc-d")
+	e.agent(ap, "agent-arc-a")
+	e.agent(f, "agent-arc-f")
+	e.agent(g, "agent-arc-g")
+	const ref = "oci://reg.example/byoc/agent@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+	waves := []store.ReleaseWave{{Name: "first", Spec: "3", Size: 3}, {Name: "rest", Spec: "100%", Size: 1}}
+	ok(t, e.s.CreateRelease(ctx, store.Release{ID: "arc-1", AppID: "app-1", Kind: "release", State: store.ReleaseRunning, Waves: waves,
+		MaxFailures: 5, AgentRelease: ref, ConfirmWithin: time.Hour, CreatedAt: T0, CreatedBy: "tok-admin"},
+		[]store.ReleaseInstall{{InstallID: d, Position: 0}, {InstallID: ap, Position: 1}, {InstallID: f, Position: 2}, {InstallID: g, Wave: 1, Position: 3}}))
+	_, err := e.s.StartAgentRolloutInstalls(ctx, "arc-1", 0, []store.AgentRolloutStart{{InstallID: d, OfferID: "uo-d"}, {InstallID: ap, OfferID: "uo-a"},
+		{InstallID: f, OfferID: "uo-f"}}, at(time.Minute))
+	ok(t, err)
+	ok(t, e.s.SetAgentUpdate(ctx, "agent-arc-d", store.AgentUpdate{Mode: "allow", LastKind: "deferred", LastCause: "window", LastOfferID: "uo-d",
+		LastReason: "the update window is closed", LastAt: at(2 * time.Minute)}, true, at(2*time.Minute)))
+	ok(t, e.s.SetAgentUpdate(ctx, "agent-arc-a", store.AgentUpdate{Mode: "allow", LastKind: "applied", LastOfferID: "uo-a",
+		LastAt: at(2 * time.Minute)}, true, at(2*time.Minute)))
+	rel, err := e.s.GetReleaseOnly(ctx, "arc-1")
+	ok(t, err)
+	_, err = e.s.RecordAgentRolloutInstalls(ctx, rel, at(2*time.Minute))
+	ok(t, err)
+
+	// Two replicas cancel at once.
+	other := e.second()
+	var wg sync.WaitGroup
+	for _, s := range []*store.Store{e.s, other} {
+		wg.Go(func() {
+			_, err := s.ChangeRelease(ctx, "arc-1", store.ReleaseCancel, "alice", "bad build", at(3*time.Minute))
+			ok(t, err)
+		})
+	}
+	wg.Wait()
+	_, ins, err := e.s.GetRelease(ctx, "arc-1")
+	ok(t, err)
+	byInstall := map[string]store.ReleaseInstall{}
+	for _, in := range ins {
+		byInstall[in.InstallID] = in
+	}
+	for _, in := range []string{d, f} {
+		equal(t, in+" state", byInstall[in].State, store.RICancelled)
+		equal(t, in+" why", byInstall[in].Error, "rollout cancelled by alice; offer withdrawn: bad build")
+	}
+	equal(t, "applied install", byInstall[ap].State, store.RIRunning)
+	if !strings.Contains(byInstall[ap].Error, "not rolled back") {
+		t.Errorf("applied install's why: %q", byInstall[ap].Error)
+	}
+	equal(t, "not started", byInstall[g].State, store.RICancelled)
+	for id, want := range map[string]string{"agent-arc-d": "uo-d", "agent-arc-f": "uo-f"} {
+		ag, err := e.s.GetAgent(ctx, id)
+		ok(t, err)
+		if o := ag.UpdateOffer; !o.Withdrawn() || o.ID != want || o.WithdrawnBy != "alice" || o.WithdrawReason != "release arc-1 cancelled: bad build" || !o.WithdrawnAt.Equal(at(3*time.Minute)) {
+			t.Errorf("%s: offer %+v, want %s withdrawn by alice", id, o, want)
+		}
+	}
+	ag, err := e.s.GetAgent(ctx, "agent-arc-a")
+	ok(t, err)
+	if ag.UpdateOffer.Withdrawn() {
+		t.Errorf("an applied offer was withdrawn: %+v", ag.UpdateOffer)
+	}
+	ag, err = e.s.GetAgent(ctx, "agent-arc-g")
+	ok(t, err)
+	if ag.UpdateOffer != nil {
+		t.Errorf("an install never offered has an offer: %+v", ag.UpdateOffer)
+	}
+	withdrawn := func(chain string) int {
+		evs, err := e.s.ListAuditEvents(ctx, store.AuditFilter{Chain: chain, OneChain: true})
+		ok(t, err)
+		n := 0
+		for _, ev := range evs {
+			if ev.Kind == store.KindAgentUpdateOfferWithdrawn {
+				n++
+				equal(t, "withdrawal actor", ev.Actor, "alice")
+				equal(t, "withdrawal offer", ev.Data["offer"], map[string]string{d: "uo-d", f: "uo-f"}[chain])
+			}
+		}
+		return n
+	}
+	equal(t, "withdrawals audited (deferred)", withdrawn(d), 1)
+	equal(t, "withdrawals audited (silent)", withdrawn(f), 1)
+	equal(t, "withdrawals audited (applied)", withdrawn(ap), 0)
+
+	// Again: nothing more.
+	_, err = e.s.ChangeRelease(ctx, "arc-1", store.ReleaseCancel, "bob", "", at(4*time.Minute))
+	ok(t, err)
+	equal(t, "withdrawals audited again", withdrawn(d), 1)
+	ag, err = e.s.GetAgent(ctx, "agent-arc-d")
+	ok(t, err)
+	equal(t, "withdrawn by", ag.UpdateOffer.WithdrawnBy, "alice")
+
+	// The applied install ends as its agent reports.
+	ok(t, e.s.SetAgentUpdate(ctx, "agent-arc-a", store.AgentUpdate{Mode: "allow", LastKind: "confirmed", LastOfferID: "uo-a",
+		LastAt: at(5 * time.Minute)}, true, at(5*time.Minute)))
+	rel, err = e.s.GetReleaseOnly(ctx, "arc-1")
+	ok(t, err)
+	n, err := e.s.RecordAgentRolloutInstalls(ctx, rel, at(5*time.Minute))
+	ok(t, err)
+	equal(t, "applied install ended", n, 1)
 }

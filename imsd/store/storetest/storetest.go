@@ -73,6 +73,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"WorkflowApproveCancel", testWorkflowApproveCancel},
 		{"Releases", testReleases},
 		{"AgentRollouts", testAgentRollouts},
+		{"AgentRolloutCancel", testAgentRolloutCancel},
 		{"TriggerTicks", testTriggerTicks},
 		{"ActionRunsAndHealth", testActionRunsAndHealth},
 		{"Modes", testModes},
