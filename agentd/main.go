@@ -768,9 +768,11 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	// An agent release imsd offers is applied as the customer's update
 	// policy allows (update_offer.go), in this process's context.
 	// One the customer's update window deferred is applied when the
-	// window opens (runDeferredOffers), after a restart too.
+	// window opens (runDeferredOffers), after a restart too, unless imsd
+	// withdrew it meanwhile (withdrawOffer).
 	var a *agent.Agent
 	var onOffer func(context.Context, string, string)
+	var onWithdrawal func(context.Context, string)
 	startDeferred := func() {}
 	if stateDir != "" {
 		var offerMu sync.Mutex
@@ -785,24 +787,34 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 			}
 		}
 		onOffer = apply
+		onWithdrawal = func(_ context.Context, offerID string) {
+			offerMu.Lock()
+			defer offerMu.Unlock()
+			withdrawOffer(stateDir, offerID, a.Note, log)
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
 		startDeferred = func() { go runDeferredOffers(ctx, stateDir, wake, time.Now, apply, log) }
 	}
 	a, err = agent.New(ctx, agent.Config{
-		IMSURL:         ims,
-		EnrollToken:    token,
-		StateDir:       stateDir,
-		Capacity:       capacity,
-		Runner:         runner,
-		Version:        buildinfo.Get().Short(),
-		Logger:         log,
-		Role:           role,
-		Stack:          stackReport(st, stackValues),
-		PinWatcher:     loader.PinWatcher,
-		RotateKeyEvery: rotateKeyEvery,
-		Ledger:         led,
-		UpdateReport:   func() *agentv1.UpdateReport { return updateReport(stateDir) },
-		OnUpdateOffer:  onOffer,
-		Shell:          shellConfig(role, runner, recordingsToVendor),
+		IMSURL:             ims,
+		EnrollToken:        token,
+		StateDir:           stateDir,
+		Capacity:           capacity,
+		Runner:             runner,
+		Version:            buildinfo.Get().Short(),
+		Logger:             log,
+		Role:               role,
+		Stack:              stackReport(st, stackValues),
+		PinWatcher:         loader.PinWatcher,
+		RotateKeyEvery:     rotateKeyEvery,
+		Ledger:             led,
+		UpdateReport:       func() *agentv1.UpdateReport { return updateReport(stateDir) },
+		OnUpdateOffer:      onOffer,
+		OnUpdateWithdrawal: onWithdrawal,
+		Shell:              shellConfig(role, runner, recordingsToVendor),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

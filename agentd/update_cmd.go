@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -144,10 +145,11 @@ const updateLastFile = "update-last.json"
 // lastUpdate is the latest update decision (updateLastFile).
 type lastUpdate struct {
 	// Kind is applied, deferred, refused, failed, confirmed,
-	// rolled_back or rollback_refused; Cause what refused, failed or
-	// rolled it back (policy, signature, download, self_check, window,
+	// rolled_back, rollback_refused or withdrawn (imsd took the offer
+	// back before it was applied); Cause what refused, failed or rolled
+	// it back (policy, signature, download, self_check, window,
 	// crash_loop, reconnect; prev_check: a *.prev file that does not
-	// match the one the update replaced).
+	// match the one the update replaced; withdrawn).
 	Kind    string    `json:"kind"`
 	Cause   string    `json:"cause,omitempty"`
 	Release string    `json:"release"`
@@ -229,6 +231,45 @@ func takeUpdateNotes(dir string) ([]updateNote, error) {
 		}
 	}
 	return out, os.Remove(path)
+}
+
+// updateWithdrawnFile lists the latest offers imsd withdrew
+// (withdrawOffer), which the agent never applies.
+const updateWithdrawnFile = "update-withdrawn.json"
+
+// maxWithdrawn is how many withdrawn offers updateWithdrawnFile keeps.
+const maxWithdrawn = 32
+
+// errOfferWithdrawn is an offer imsd withdrew: not applied.
+var errOfferWithdrawn = errors.New("imsd withdrew this offer: it is not applied")
+
+// loadWithdrawnOffers reads the withdrawn offers' ids (none: unreadable).
+func loadWithdrawnOffers(dir string) []string {
+	b, err := os.ReadFile(filepath.Join(dir, updateWithdrawnFile))
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	_ = json.Unmarshal(b, &ids)
+	return ids
+}
+
+// addWithdrawnOffer records offer id as withdrawn, keeping the latest
+// maxWithdrawn.
+func addWithdrawnOffer(dir, id string) error {
+	ids := loadWithdrawnOffers(dir)
+	if slices.Contains(ids, id) {
+		return nil
+	}
+	ids = append(ids, id)
+	if len(ids) > maxWithdrawn {
+		ids = ids[len(ids)-maxWithdrawn:]
+	}
+	b, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(dir, updateWithdrawnFile), append(b, '\n'), 0o600)
 }
 
 // updateLockFile is flocked by the update being applied.
@@ -493,6 +534,9 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 		return err
 	}
 	defer lock.Close()
+	if u.offerID != "" && slices.Contains(loadWithdrawnOffers(u.stateDir), u.offerID) {
+		return errOfferWithdrawn
+	}
 	st, err := permissions.Load(u.stateDir)
 	if err != nil {
 		return fmt.Errorf("the update policy: %w", err)

@@ -34,6 +34,8 @@ func applyOffer(ctx context.Context, stateDir, offerID, release string, note fun
 	err := u.apply(ctx, release)
 	var deferred deferredError
 	switch {
+	case errors.Is(err, errOfferWithdrawn):
+		log.Info("agent update offer not applied: imsd withdrew it", "offer", offerID, "release", release)
 	case errors.As(err, &deferred):
 		log.Info("agent update offer deferred to the customer's update window", "offer", offerID, "release", release, "at", deferred.at)
 	case err != nil:
@@ -53,6 +55,49 @@ func applyOffer(ctx context.Context, stateDir, offerID, release string, note fun
 	notes, terr := takeUpdateNotes(stateDir)
 	if terr != nil {
 		log.Error("agent update notes", "err", terr)
+	}
+	for _, n := range notes {
+		note(n.Kind, n.Subject, n.Data)
+	}
+}
+
+// withdrawOffer drops offer offerID, which imsd withdrew (a verified
+// withdrawal): it is recorded as withdrawn first (updater.apply refuses
+// it from then on, a deferred one included), then, unless the agent took
+// it already (applied, refused, failed...: an applied update is not
+// undone), the decision is journalled (agent_update_withdrawn) and kept
+// as the latest, for the next report. Calls are serialised with the
+// offers' applies (main's offerMu).
+func withdrawOffer(stateDir, offerID string, note func(kind, subject string, data map[string]string), log *slog.Logger) {
+	if err := addWithdrawnOffer(stateDir, offerID); err != nil {
+		log.Error("record the withdrawal of an agent update offer", "offer", offerID, "err", err)
+		return
+	}
+	l := loadLastUpdate(stateDir)
+	if l != nil && l.OfferID == offerID && l.Kind != "deferred" {
+		log.Info("imsd withdrew an agent update offer the agent took already: nothing to undo", "offer", offerID, "decision", l.Kind)
+		return
+	}
+	release, reason := "", "imsd withdrew the offer before the agent applied it"
+	switch {
+	case l != nil && l.OfferID == offerID:
+		release, reason = l.Release, "imsd withdrew the offer the update window deferred: the agent never applies it"
+	case l != nil && l.Kind == "deferred":
+		// imsd's offer (one an agent at a time) replaced the deferred
+		// one before it was withdrawn: neither applies.
+		reason = "imsd withdrew the offer that replaced the deferred offer " + l.OfferID + ": the agent applies neither"
+		if err := addWithdrawnOffer(stateDir, l.OfferID); err != nil {
+			log.Error("record the withdrawal of an agent update offer", "offer", l.OfferID, "err", err)
+		}
+	}
+	if err := addUpdateNote(stateDir, updateNote{Kind: "agent_update_withdrawn", Subject: release,
+		Data: map[string]string{"reason": reason, "cause": "withdrawn", "by": "imsd", "offer": offerID}}); err != nil {
+		log.Error("record the withdrawal of an agent update offer", "offer", offerID, "err", err)
+	}
+	log.Info("agent update offer withdrawn by imsd: dropped", "offer", offerID, "release", release)
+	notes, err := takeUpdateNotes(stateDir)
+	if err != nil {
+		log.Error("agent update notes", "err", err)
 	}
 	for _, n := range notes {
 		note(n.Kind, n.Subject, n.Data)

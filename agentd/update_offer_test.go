@@ -2,10 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/byoc-dev/byoc/agentd/identity"
 )
 
 // The update report carries the policy and the latest decision; an offer
@@ -36,5 +43,74 @@ func TestUpdateReportAndOffer(t *testing.T) {
 	}
 	if ns, _ := takeUpdateNotes(state); len(ns) != 0 {
 		t.Fatalf("notes left for the next start: %v", ns)
+	}
+}
+
+// An offer the update window deferred and imsd then withdrew is dropped:
+// journalled and reported withdrawn, never applied when the window opens
+// (runDeferredOffers applies nothing, and an apply of it is refused). A
+// withdrawal of an offer already applied changes nothing.
+func TestUpdateWithdrawalDropsADeferredOffer(t *testing.T) {
+	state := t.TempDir()
+	agentKey, _ := identity.NewKey()
+	imsdPub, _, _ := ed25519.GenerateKey(rand.Reader)
+	if err := identity.Save(state, identity.Identity{AgentID: "agt_test", PrivateKey: agentKey, IMSDKeys: []ed25519.PublicKey{imsdPub}}); err != nil {
+		t.Fatal(err)
+	}
+	const ref = "oci://r.example/byoc/agent@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	if err := addUpdateNote(state, updateNote{Kind: "agent_update_deferred", Subject: ref,
+		Data: map[string]string{"reason": "the update window is closed", "cause": "window", "offer": "uo_1", "version": "1.5.0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := takeUpdateNotes(state); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	var noted []string
+	note := func(kind, subject string, data map[string]string) {
+		noted = append(noted, kind+" "+data["offer"]+" "+subject)
+	}
+	withdrawOffer(state, "uo_1", note, log)
+	if strings.Join(noted, ",") != "agent_update_withdrawn uo_1 "+ref {
+		t.Fatalf("journalled: %v", noted)
+	}
+	if l := updateReport(state).Last; l == nil || l.Kind != "withdrawn" || l.OfferId != "uo_1" || l.Cause != "withdrawn" || l.Release != ref {
+		t.Fatalf("reported: %v", l)
+	}
+	// The window opens: nothing is applied.
+	applied := make(chan string, 1)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runDeferredOffers(ctx, state, make(chan struct{}), time.Now, func(_ context.Context, offerID, _ string) { applied <- offerID }, log)
+	}()
+	select {
+	case id := <-applied:
+		t.Fatalf("the withdrawn offer %s was applied when the window opened", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	stop()
+	<-done
+	u := &updater{stateDir: state, auto: true, now: time.Now, stdout: io.Discard, offerID: "uo_1", by: "imsd offer uo_1"}
+	if err := u.apply(t.Context(), ref); !errors.Is(err, errOfferWithdrawn) {
+		t.Fatalf("apply of a withdrawn offer: %v", err)
+	}
+	// Withdrawn again (imsd resends until the report answers): no new note.
+	noted = nil
+	withdrawOffer(state, "uo_1", note, log)
+	if len(noted) != 0 {
+		t.Fatalf("journalled twice: %v", noted)
+	}
+	// An applied offer is not undone.
+	if err := addUpdateNote(state, updateNote{Kind: "agent_update_applied", Subject: ref, Data: map[string]string{"offer": "uo_2", "to": "1.5.0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := takeUpdateNotes(state); err != nil {
+		t.Fatal(err)
+	}
+	withdrawOffer(state, "uo_2", note, log)
+	if l := loadLastUpdate(state); len(noted) != 0 || l.Kind != "applied" || l.OfferID != "uo_2" {
+		t.Fatalf("an applied offer withdrawn: %v, last %+v", noted, l)
 	}
 }

@@ -170,6 +170,11 @@ type Config struct {
 	// goroutine: it applies it as the customer's policy allows, and
 	// records the decision that the next report carries.
 	OnUpdateOffer func(ctx context.Context, offerID, release string)
+	// OnUpdateWithdrawal, if set, is given each offer imsd withdraws
+	// whose signed withdrawal verifies for this agent (once per offer and
+	// process), in its own goroutine: it drops the offer unless it was
+	// applied, and records the decision that the next report carries.
+	OnUpdateWithdrawal func(ctx context.Context, offerID string)
 	// TelemetryTick is how often the app's telemetry sources are looked
 	// at (default 1s); a source is read at its own declared interval.
 	TelemetryTick time.Duration
@@ -210,6 +215,9 @@ type Agent struct {
 	// offers are the update offers handed to OnUpdateOffer (session
 	// goroutine only).
 	offers map[string]bool
+	// withdrawals are the offers handed to OnUpdateWithdrawal (session
+	// goroutine only).
+	withdrawals map[string]bool
 	// keys are imsd's job signing keys by id (identity.IMSDKeys).
 	keys map[string]ed25519.PublicKey
 	// retired holds the ids of imsd's keys retired after a rotation.

@@ -369,6 +369,8 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 		a.abandon(r.JobId, token, "imsd refused a write ("+r.Code+": "+r.Message+")")
 	case *agentv1.ConnectResponse_UpdateOffer:
 		a.updateOffer(ctx, msg.UpdateOffer)
+	case *agentv1.ConnectResponse_UpdateWithdrawal:
+		a.updateWithdrawal(ctx, msg.UpdateWithdrawal)
 	case *agentv1.ConnectResponse_ShellOpen:
 		go a.openShell(ctx, msg.ShellOpen)
 	case *agentv1.ConnectResponse_ShellInput:

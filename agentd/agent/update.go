@@ -62,3 +62,26 @@ func (a *Agent) updateOffer(ctx context.Context, o *agentv1.UpdateOffer) {
 	a.log.Info("imsd offers an agent release", "offer", o.OfferId, "release", o.Release)
 	go a.cfg.OnUpdateOffer(ctx, o.OfferId, o.Release)
 }
+
+// updateWithdrawal checks imsd's withdrawal of an update offer (signed
+// for this agent and that offer by a key it trusts: another agent's, or
+// another offer's, does not verify) and hands it to
+// Config.OnUpdateWithdrawal, once per offer. imsd sends it again until
+// the agent's report answers the offer.
+func (a *Agent) updateWithdrawal(ctx context.Context, w *agentv1.UpdateWithdrawal) {
+	if a.cfg.OnUpdateWithdrawal == nil || a.withdrawals[w.OfferId] {
+		return
+	}
+	c := agentproto.UpdateWithdrawalClaims{KeyID: w.KeyId, InstallID: a.id.InstallID, AgentID: a.id.AgentID, OfferID: w.OfferId,
+		Expires: time.UnixMilli(w.ExpireUnixMs)}
+	if err := agentproto.VerifyUpdateWithdrawal(a.keys, &c, w.Signature, a.now()); err != nil {
+		a.log.Error("ignoring the withdrawal of an agent update offer", "offer", w.OfferId, "reason", err)
+		return
+	}
+	if a.withdrawals == nil {
+		a.withdrawals = map[string]bool{}
+	}
+	a.withdrawals[w.OfferId] = true
+	a.log.Info("imsd withdraws an agent update offer", "offer", w.OfferId)
+	go a.cfg.OnUpdateWithdrawal(ctx, w.OfferId)
+}

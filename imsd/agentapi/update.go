@@ -4,7 +4,9 @@ package agentapi
 // decision (hello, heartbeats); imsd records them for people to see, and
 // sends the agent the release an operator offered (byoc agent update),
 // signed, until the agent's report answers that offer. The agent alone
-// decides by its customer's policy.
+// decides by its customer's policy. An offer imsd withdrew (a cancelled
+// rollout, a missed deadline) is sent as a signed withdrawal until the
+// report answers it.
 
 import (
 	"context"
@@ -82,13 +84,26 @@ func (c *conn) refreshOffer(ctx context.Context, now time.Time) error {
 }
 
 // sendOffer sends the agent's offer, signed for it, unless there is none
-// or the agent's report answers it already.
+// or the agent's report answers it already. A withdrawn offer is sent as
+// its signed withdrawal instead, until the report answers the offer with
+// anything but deferred (withdrawn: the agent dropped it; applied or
+// later: it took it, and an applied update is not undone).
 func (c *conn) sendOffer(now time.Time) error {
 	o := c.agent.UpdateOffer
 	if o == nil {
 		return nil
 	}
-	if u := c.agent.Update; u != nil && u.LastOfferID == o.ID {
+	u := c.agent.Update
+	if o.Withdrawn() {
+		if u != nil && u.LastOfferID == o.ID && u.LastKind != "deferred" {
+			return nil
+		}
+		claims := agentproto.UpdateWithdrawalClaims{InstallID: c.agent.InstallID, AgentID: c.agent.ID, OfferID: o.ID, Expires: now.Add(offerLife)}
+		sig := c.svc.cfg.SigningKey.SignWithdrawal(&claims)
+		return c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_UpdateWithdrawal{UpdateWithdrawal: &agentv1.UpdateWithdrawal{
+			OfferId: o.ID, KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}}})
+	}
+	if u != nil && u.LastOfferID == o.ID {
 		return nil
 	}
 	claims := agentproto.UpdateOfferClaims{InstallID: c.agent.InstallID, AgentID: c.agent.ID, OfferID: o.ID, Release: o.Release,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -72,5 +73,82 @@ func TestUpdateOfferSentUntilAnswered(t *testing.T) {
 			t.Fatalf("offered again after the answer: %v", m)
 		}
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// A withdrawn offer is sent as a withdrawal signed for the agent and the
+// offer, after the welcome and after heartbeats (while the agent's report
+// says it deferred the offer), until the report answers the offer
+// otherwise (withdrawn); the offer itself is no longer sent.
+func TestUpdateWithdrawalSentUntilAnswered(t *testing.T) {
+	e := newStreamEnv(t)
+	ctx := context.Background()
+	rel := "oci://r.example/byoc/agent@sha256:0123"
+	if _, err := e.st.OfferAgentUpdate(ctx, "ins_1", store.UpdateOffer{ID: "uo_1", Release: rel, OfferedAt: e.clk.Now()}, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if id, agents, err := e.st.WithdrawAgentUpdate(ctx, "ins_1", "", "bob", "bad build", e.clk.Now()); err != nil || id != "uo_1" || len(agents) != 1 {
+		t.Fatal(id, agents, err)
+	}
+	if _, _, err := e.st.WithdrawAgentUpdate(ctx, "ins_1", "", "bob", "again", e.clk.Now()); err == nil {
+		t.Fatal("withdrawn twice")
+	}
+	cs, _ := e.open(t, "inst-a")
+	if cs.next(t).GetWelcome() == nil {
+		t.Fatal("want a welcome")
+	}
+	next := func() *agentv1.UpdateWithdrawal {
+		t.Helper()
+		for {
+			m := cs.next(t)
+			if w := m.GetUpdateWithdrawal(); w != nil {
+				return w
+			}
+			if m.GetAudit() == nil {
+				t.Fatalf("want an update withdrawal, got %v", m)
+			}
+		}
+	}
+	w := next()
+	sk := e.svc.cfg.SigningKey
+	c := agentproto.UpdateWithdrawalClaims{KeyID: w.KeyId, InstallID: "ins_1", AgentID: e.agent, OfferID: w.OfferId, Expires: time.UnixMilli(w.ExpireUnixMs)}
+	if err := agentproto.VerifyUpdateWithdrawal(map[string]ed25519.PublicKey{sk.ID: sk.Public}, &c, w.Signature, e.clk.Now()); err != nil || w.OfferId != "uo_1" {
+		t.Fatalf("withdrawal %v: %v", w, err)
+	}
+	deferred := &agentv1.UpdateDecision{Kind: "deferred", Release: rel, OfferId: "uo_1", Reason: "window"}
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: 1,
+		Update: &agentv1.UpdateReport{Mode: "allow", Last: deferred}}}}
+	next()
+	withdrawn := &agentv1.UpdateDecision{Kind: "withdrawn", Release: rel, OfferId: "uo_1", Cause: "withdrawn"}
+	for seq := range uint64(2) {
+		cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: 2 + seq,
+			Update: &agentv1.UpdateReport{Mode: "allow", Last: withdrawn}}}}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a, err := e.st.GetAgent(ctx, e.agent)
+		if err == nil && a.Update != nil && a.Update.LastKind == "withdrawn" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the report was not recorded: %+v", a.Update)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for {
+		select {
+		case m := <-cs.out:
+			if m.GetSealed() != nil {
+				var err error
+				if m, err = agentchannel.OpenResponse(cs.agent, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if m.GetUpdateWithdrawal() != nil || m.GetUpdateOffer() != nil {
+				t.Fatalf("sent after the answer: %v", m)
+			}
+		case <-time.After(300 * time.Millisecond):
+			return
+		}
 	}
 }

@@ -461,3 +461,10 @@ func (k SigningKey) SignOffer(c *agentproto.UpdateOfferClaims) []byte {
 	c.KeyID = k.ID
 	return agentproto.SignUpdateOffer(k.Private, c)
 }
+
+// SignWithdrawal fills in c's key id and signs the withdrawal of an agent
+// update offer.
+func (k SigningKey) SignWithdrawal(c *agentproto.UpdateWithdrawalClaims) []byte {
+	c.KeyID = k.ID
+	return agentproto.SignUpdateWithdrawal(k.Private, c)
+}

@@ -119,7 +119,11 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 			LastReason: u.LastReason, LastTime: ts(u.LastAt), ReportTime: ts(u.ReportedAt), LastCause: u.LastCause}
 	}
 	if o := a.UpdateOffer; o != nil {
-		st.UpdateOffer = &imsv1.AgentUpdateOffer{Id: o.ID, Release: o.Release, OfferedBy: o.OfferedBy, OfferTime: ts(o.OfferedAt)}
+		st.UpdateOffer = &imsv1.AgentUpdateOffer{Id: o.ID, Release: o.Release, OfferedBy: o.OfferedBy, OfferTime: ts(o.OfferedAt),
+			WithdrawnBy: o.WithdrawnBy, WithdrawReason: o.WithdrawReason}
+		if o.Withdrawn() {
+			st.UpdateOffer.WithdrawTime = ts(o.WithdrawnAt)
+		}
 	}
 	return st
 }

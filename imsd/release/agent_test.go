@@ -25,13 +25,14 @@ func (r *rig) report(name, kind, offer, reason string) {
 		LastOfferID: offer, LastReason: reason, LastAt: r.now()}, true, r.now()))
 }
 
-// offerOf is the offer recorded for install name's agent ("" for none).
+// offerOf is the offer standing for install name's agent ("" for none,
+// or one withdrawn).
 func (r *rig) offerOf(name string) string {
 	r.t.Helper()
 	a, err := r.st.GetAgent(r.t.Context(), "agent_"+name)
 	must(r.t, err)
-	if a.UpdateOffer == nil {
-		return ""
+	if a.UpdateOffer == nil || a.UpdateOffer.Withdrawn() {
+		return "" // none standing
 	}
 	return a.UpdateOffer.ID
 }

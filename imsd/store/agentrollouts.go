@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
@@ -272,6 +273,56 @@ func (s *Store) withdrawOffer(ctx context.Context, tx *txn, installID, offerID, 
 		ids = append(ids, a.ID)
 	}
 	return ids, nil
+}
+
+// WithdrawAgentUpdate withdraws the update offer standing for the agents
+// of install installID (offerID, or "" for whichever stands), by actor by
+// for reason, at now, audited as agent.update_offer_withdrawn: each
+// agent's stream sends the signed withdrawal until its report answers
+// the offer. An offer an agent rollout made is refused (cancel the
+// rollout: its install then ends cancelled); an install with no standing
+// offer is NotFound. It returns the withdrawn offer's id and the agents'.
+func (s *Store) WithdrawAgentUpdate(ctx context.Context, installID, offerID, by, reason string, now time.Time) (string, []string, error) {
+	if err := requireTime("now", now); err != nil {
+		return "", nil, err
+	}
+	var ids []string
+	err := s.write(ctx, "withdraw agent update", func(tx *txn) error {
+		var offers []string
+		if err := tx.SelectContext(ctx, &offers, s.bind(`SELECT update_offer FROM agents WHERE install_id = ? AND revoked_at = 0
+			AND update_offer <> '' ORDER BY id`), installID); err != nil {
+			return err
+		}
+		var found *UpdateOffer
+		for _, b := range offers {
+			var o UpdateOffer
+			if json.Unmarshal([]byte(b), &o) != nil || o.Withdrawn() || (offerID != "" && o.ID != offerID) {
+				continue
+			}
+			if found != nil && found.ID != o.ID {
+				return errs.E(errs.Conflict, "install %s's agents have different offers standing (%s, %s): name the offer to withdraw", installID, found.ID, o.ID)
+			}
+			found = &o
+		}
+		if found == nil {
+			if offerID != "" {
+				return errs.E(errs.NotFound, "install %s has no agent with offer %s standing (withdrawn already, or replaced)", installID, offerID)
+			}
+			return errs.E(errs.NotFound, "install %s has no agent update offer standing", installID)
+		}
+		if strings.HasPrefix(found.OfferedBy, "release ") {
+			return errs.E(errs.Conflict, "offer %s was made by agent rollout %s: cancel the rollout (byoc agent rollout cancel), which withdraws it",
+				found.ID, strings.TrimPrefix(found.OfferedBy, "release "))
+		}
+		offerID = found.ID
+		var err error
+		ids, err = s.withdrawOffer(ctx, tx, installID, offerID, by, reason, now)
+		return err
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return offerID, ids, nil
 }
 
 // cancelAgentRollout withdraws, as agent rollout id is cancelled (by,

@@ -169,6 +169,20 @@ func updateOfferText(now time.Time, ag *imsv1.AgentStatus) string {
 		return ""
 	}
 	s := fmt.Sprintf("%s (offer %s) by %s %s", o.GetRelease(), o.GetId(), o.GetOfferedBy(), ago(now, o.GetOfferTime()))
+	if o.GetWithdrawTime() != nil {
+		s += fmt.Sprintf(", withdrawn by %s %s", o.GetWithdrawnBy(), ago(now, o.GetWithdrawTime()))
+		if r := o.GetWithdrawReason(); r != "" {
+			s += " (" + r + ")"
+		}
+		switch u := ag.GetUpdate(); {
+		case u.GetLastOfferId() != o.GetId() || u.GetLastKind() == "deferred":
+			return s + ": the agent has not heard of the withdrawal yet"
+		case u.GetLastKind() == "withdrawn":
+			return s + ": withdrawn (the agent dropped it)"
+		default:
+			return s + ": " + strings.ReplaceAll(u.GetLastKind(), "_", " ") + " before the withdrawal reached the agent (an applied update is not undone)"
+		}
+	}
 	if u := ag.GetUpdate(); u.GetLastOfferId() == o.GetId() {
 		return s + ": " + strings.ReplaceAll(u.GetLastKind(), "_", " ")
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 )
 
@@ -221,6 +222,27 @@ func testAgentRolloutCancel(t *testing.T, e *env) {
 	ag, err = e.s.GetAgent(ctx, "agent-arc-d")
 	ok(t, err)
 	equal(t, "withdrawn by", ag.UpdateOffer.WithdrawnBy, "alice")
+
+	// byoc agent update --withdraw: not a rollout's offer (cancel it);
+	// an operator's offer is withdrawn once.
+	if _, _, err := e.s.WithdrawAgentUpdate(ctx, ap, "", "bob", "", at(4*time.Minute)); !errs.Is(err, errs.Conflict) || !strings.Contains(err.Error(), "cancel the rollout") {
+		t.Errorf("withdrawing a rollout's offer: %v", err)
+	}
+	_, err = e.s.OfferAgentUpdate(ctx, g, store.UpdateOffer{ID: "uo-op", Release: ref, OfferedAt: at(4 * time.Minute)}, "carol")
+	ok(t, err)
+	offerID, agents, err := e.s.WithdrawAgentUpdate(ctx, g, "", "dave", "wrong release", at(4*time.Minute))
+	ok(t, err)
+	if offerID != "uo-op" || len(agents) != 1 || agents[0] != "agent-arc-g" {
+		t.Errorf("withdrawn: %s %v", offerID, agents)
+	}
+	if _, _, err := e.s.WithdrawAgentUpdate(ctx, g, "", "dave", "", at(4*time.Minute)); !errs.Is(err, errs.NotFound) {
+		t.Errorf("withdrawn twice: %v", err)
+	}
+	ag, err = e.s.GetAgent(ctx, "agent-arc-g")
+	ok(t, err)
+	if o := ag.UpdateOffer; !o.Withdrawn() || o.WithdrawnBy != "dave" || o.WithdrawReason != "wrong release" {
+		t.Errorf("withdrawn offer: %+v", o)
+	}
 
 	// The applied install ends as its agent reports.
 	ok(t, e.s.SetAgentUpdate(ctx, "agent-arc-a", store.AgentUpdate{Mode: "allow", LastKind: "confirmed", LastOfferID: "uo-a",

@@ -519,6 +519,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Renewed
 	//	*ConnectResponse_Audit
 	//	*ConnectResponse_UpdateOffer
+	//	*ConnectResponse_UpdateWithdrawal
 	//	*ConnectResponse_TelemetryConfig
 	//	*ConnectResponse_ShellOpen
 	//	*ConnectResponse_ShellInput
@@ -647,6 +648,15 @@ func (x *ConnectResponse) GetUpdateOffer() *UpdateOffer {
 	return nil
 }
 
+func (x *ConnectResponse) GetUpdateWithdrawal() *UpdateWithdrawal {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_UpdateWithdrawal); ok {
+			return x.UpdateWithdrawal
+		}
+	}
+	return nil
+}
+
 func (x *ConnectResponse) GetTelemetryConfig() *TelemetryConfig {
 	if x != nil {
 		if x, ok := x.Msg.(*ConnectResponse_TelemetryConfig); ok {
@@ -736,6 +746,14 @@ type ConnectResponse_UpdateOffer struct {
 	UpdateOffer *UpdateOffer `protobuf:"bytes,31,opt,name=update_offer,json=updateOffer,proto3,oneof"`
 }
 
+type ConnectResponse_UpdateWithdrawal struct {
+	// update_withdrawal takes an update offer back (a cancelled agent
+	// rollout, or one whose deadline passed), after the welcome and
+	// after heartbeats, until the agent's update report answers the
+	// offer. An older agentd ignores it.
+	UpdateWithdrawal *UpdateWithdrawal `protobuf:"bytes,34,opt,name=update_withdrawal,json=updateWithdrawal,proto3,oneof"`
+}
+
 type ConnectResponse_TelemetryConfig struct {
 	// telemetry_config is what the app declares for telemetry forwarding
 	// (telemetry.toml), sent to an agent whose customer turned telemetry
@@ -786,6 +804,8 @@ func (*ConnectResponse_Renewed) isConnectResponse_Msg() {}
 func (*ConnectResponse_Audit) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_UpdateOffer) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_UpdateWithdrawal) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_TelemetryConfig) isConnectResponse_Msg() {}
 
@@ -1492,7 +1512,8 @@ type UpdateDecision struct {
 	// kind is applied, deferred (to the customer's update window: the agent
 	// applies it when the window opens), refused (by the customer's policy
 	// or the release's signature), failed (its download or self-check),
-	// confirmed or rolled_back.
+	// confirmed, rolled_back or withdrawn (imsd took the offer back before
+	// the agent applied it: UpdateWithdrawal; it never applies it).
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// release is the agent release (oci://...@sha256:...), offer_id the
 	// offer it answers ("" for one applied by hand), version the release's
@@ -1669,6 +1690,80 @@ func (x *UpdateOffer) GetSignature() []byte {
 	return nil
 }
 
+// UpdateWithdrawal takes back update offer offer_id. signature is imsd's
+// Ed25519 signature of agentproto.UpdateWithdrawalClaims (the install and
+// agent it is for, the offer, when it expires), under a context string of
+// its own: the agent drops that offer only on a verified withdrawal, if it
+// has not applied it (an applied update is not undone), and reports it
+// withdrawn.
+type UpdateWithdrawal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OfferId       string                 `protobuf:"bytes,1,opt,name=offer_id,json=offerId,proto3" json:"offer_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	ExpireUnixMs  int64                  `protobuf:"varint,3,opt,name=expire_unix_ms,json=expireUnixMs,proto3" json:"expire_unix_ms,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWithdrawal) Reset() {
+	*x = UpdateWithdrawal{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWithdrawal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWithdrawal) ProtoMessage() {}
+
+func (x *UpdateWithdrawal) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWithdrawal.ProtoReflect.Descriptor instead.
+func (*UpdateWithdrawal) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *UpdateWithdrawal) GetOfferId() string {
+	if x != nil {
+		return x.OfferId
+	}
+	return ""
+}
+
+func (x *UpdateWithdrawal) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *UpdateWithdrawal) GetExpireUnixMs() int64 {
+	if x != nil {
+		return x.ExpireUnixMs
+	}
+	return 0
+}
+
+func (x *UpdateWithdrawal) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // AgentKeyRotation introduces an agent's next Ed25519 key (32 bytes):
 // endorsement is the current key's signature, proof the next key's, each
 // of its context string ("byoc agent key endorsement v1\0", "byoc agent
@@ -1685,7 +1780,7 @@ type AgentKeyRotation struct {
 
 func (x *AgentKeyRotation) Reset() {
 	*x = AgentKeyRotation{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1792,7 @@ func (x *AgentKeyRotation) String() string {
 func (*AgentKeyRotation) ProtoMessage() {}
 
 func (x *AgentKeyRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1805,7 @@ func (x *AgentKeyRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentKeyRotation.ProtoReflect.Descriptor instead.
 func (*AgentKeyRotation) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AgentKeyRotation) GetPublicKey() []byte {
@@ -1751,7 +1846,7 @@ type AgentCondition struct {
 
 func (x *AgentCondition) Reset() {
 	*x = AgentCondition{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1858,7 @@ func (x *AgentCondition) String() string {
 func (*AgentCondition) ProtoMessage() {}
 
 func (x *AgentCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1871,7 @@ func (x *AgentCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCondition.ProtoReflect.Descriptor instead.
 func (*AgentCondition) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AgentCondition) GetDiskUsedPercent() uint32 {
@@ -1809,7 +1904,7 @@ type StackReport struct {
 
 func (x *StackReport) Reset() {
 	*x = StackReport{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1916,7 @@ func (x *StackReport) String() string {
 func (*StackReport) ProtoMessage() {}
 
 func (x *StackReport) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1929,7 @@ func (x *StackReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StackReport.ProtoReflect.Descriptor instead.
 func (*StackReport) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StackReport) GetFormat() string {
@@ -1891,7 +1986,7 @@ type Permissions struct {
 
 func (x *Permissions) Reset() {
 	*x = Permissions{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1998,7 @@ func (x *Permissions) String() string {
 func (*Permissions) ProtoMessage() {}
 
 func (x *Permissions) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2011,7 @@ func (x *Permissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Permissions.ProtoReflect.Descriptor instead.
 func (*Permissions) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Permissions) GetProvision() bool {
@@ -1994,7 +2089,7 @@ type TelemetrySetting struct {
 
 func (x *TelemetrySetting) Reset() {
 	*x = TelemetrySetting{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2101,7 @@ func (x *TelemetrySetting) String() string {
 func (*TelemetrySetting) ProtoMessage() {}
 
 func (x *TelemetrySetting) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2114,7 @@ func (x *TelemetrySetting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetrySetting.ProtoReflect.Descriptor instead.
 func (*TelemetrySetting) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TelemetrySetting) GetMode() string {
@@ -2063,7 +2158,7 @@ type TelemetryConfig struct {
 
 func (x *TelemetryConfig) Reset() {
 	*x = TelemetryConfig{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2170,7 @@ func (x *TelemetryConfig) String() string {
 func (*TelemetryConfig) ProtoMessage() {}
 
 func (x *TelemetryConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2183,7 @@ func (x *TelemetryConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetryConfig.ProtoReflect.Descriptor instead.
 func (*TelemetryConfig) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TelemetryConfig) GetAppRevision() int64 {
@@ -2125,7 +2220,7 @@ type MetricsSource struct {
 
 func (x *MetricsSource) Reset() {
 	*x = MetricsSource{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2232,7 @@ func (x *MetricsSource) String() string {
 func (*MetricsSource) ProtoMessage() {}
 
 func (x *MetricsSource) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2245,7 @@ func (x *MetricsSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsSource.ProtoReflect.Descriptor instead.
 func (*MetricsSource) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MetricsSource) GetName() string {
@@ -2187,7 +2282,7 @@ type LogSource struct {
 
 func (x *LogSource) Reset() {
 	*x = LogSource{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2294,7 @@ func (x *LogSource) String() string {
 func (*LogSource) ProtoMessage() {}
 
 func (x *LogSource) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2307,7 @@ func (x *LogSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogSource.ProtoReflect.Descriptor instead.
 func (*LogSource) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogSource) GetName() string {
@@ -2253,7 +2348,7 @@ type TelemetryBatch struct {
 
 func (x *TelemetryBatch) Reset() {
 	*x = TelemetryBatch{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2360,7 @@ func (x *TelemetryBatch) String() string {
 func (*TelemetryBatch) ProtoMessage() {}
 
 func (x *TelemetryBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2373,7 @@ func (x *TelemetryBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetryBatch.ProtoReflect.Descriptor instead.
 func (*TelemetryBatch) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TelemetryBatch) GetSamples() []*MetricSample {
@@ -2325,7 +2420,7 @@ type MetricSample struct {
 
 func (x *MetricSample) Reset() {
 	*x = MetricSample{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2432,7 @@ func (x *MetricSample) String() string {
 func (*MetricSample) ProtoMessage() {}
 
 func (x *MetricSample) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2445,7 @@ func (x *MetricSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricSample.ProtoReflect.Descriptor instead.
 func (*MetricSample) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MetricSample) GetSource() string {
@@ -2402,7 +2497,7 @@ type TelemetryLine struct {
 
 func (x *TelemetryLine) Reset() {
 	*x = TelemetryLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2509,7 @@ func (x *TelemetryLine) String() string {
 func (*TelemetryLine) ProtoMessage() {}
 
 func (x *TelemetryLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2522,7 @@ func (x *TelemetryLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetryLine.ProtoReflect.Descriptor instead.
 func (*TelemetryLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TelemetryLine) GetSource() string {
@@ -2479,7 +2574,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2586,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2599,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Welcome) GetInstallId() string {
@@ -2578,7 +2673,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2590,7 +2685,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2603,7 +2698,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Heartbeat) GetRunning() []*RunningJob {
@@ -2664,7 +2759,7 @@ type LeasesRenewed struct {
 
 func (x *LeasesRenewed) Reset() {
 	*x = LeasesRenewed{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2771,7 @@ func (x *LeasesRenewed) String() string {
 func (*LeasesRenewed) ProtoMessage() {}
 
 func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2784,7 @@ func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRenewed.ProtoReflect.Descriptor instead.
 func (*LeasesRenewed) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeasesRenewed) GetHeartbeatSeq() uint64 {
@@ -2717,7 +2812,7 @@ type JobAck struct {
 
 func (x *JobAck) Reset() {
 	*x = JobAck{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +2824,7 @@ func (x *JobAck) String() string {
 func (*JobAck) ProtoMessage() {}
 
 func (x *JobAck) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +2837,7 @@ func (x *JobAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAck.ProtoReflect.Descriptor instead.
 func (*JobAck) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *JobAck) GetWriteId() uint64 {
@@ -2779,7 +2874,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2886,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2899,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -2847,7 +2942,7 @@ type JobLogs struct {
 
 func (x *JobLogs) Reset() {
 	*x = JobLogs{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +2954,7 @@ func (x *JobLogs) String() string {
 func (*JobLogs) ProtoMessage() {}
 
 func (x *JobLogs) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +2967,7 @@ func (x *JobLogs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogs.ProtoReflect.Descriptor instead.
 func (*JobLogs) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobLogs) GetWriteId() uint64 {
@@ -2940,7 +3035,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +3047,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3060,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobResult) GetWriteId() uint64 {
@@ -3081,7 +3176,7 @@ type ArtifactVerification struct {
 
 func (x *ArtifactVerification) Reset() {
 	*x = ArtifactVerification{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3188,7 @@ func (x *ArtifactVerification) String() string {
 func (*ArtifactVerification) ProtoMessage() {}
 
 func (x *ArtifactVerification) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3201,7 @@ func (x *ArtifactVerification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactVerification.ProtoReflect.Descriptor instead.
 func (*ArtifactVerification) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ArtifactVerification) GetArtifact() string {
@@ -3168,7 +3263,7 @@ type PolicyFinding struct {
 
 func (x *PolicyFinding) Reset() {
 	*x = PolicyFinding{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3275,7 @@ func (x *PolicyFinding) String() string {
 func (*PolicyFinding) ProtoMessage() {}
 
 func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3288,7 @@ func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
 func (*PolicyFinding) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PolicyFinding) GetPolicy() string {
@@ -3242,7 +3337,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3349,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3362,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -3349,7 +3444,7 @@ type JobAssignment struct {
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3456,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3469,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -3506,7 +3601,7 @@ type RegistryGrant struct {
 
 func (x *RegistryGrant) Reset() {
 	*x = RegistryGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3613,7 @@ func (x *RegistryGrant) String() string {
 func (*RegistryGrant) ProtoMessage() {}
 
 func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3626,7 @@ func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryGrant.ProtoReflect.Descriptor instead.
 func (*RegistryGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegistryGrant) GetId() string {
@@ -3605,7 +3700,7 @@ type JobSignature struct {
 
 func (x *JobSignature) Reset() {
 	*x = JobSignature{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3712,7 @@ func (x *JobSignature) String() string {
 func (*JobSignature) ProtoMessage() {}
 
 func (x *JobSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3725,7 @@ func (x *JobSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSignature.ProtoReflect.Descriptor instead.
 func (*JobSignature) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JobSignature) GetKeyId() string {
@@ -3685,7 +3780,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +3792,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +3805,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -3736,7 +3831,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3748,7 +3843,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3761,7 +3856,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -3786,7 +3881,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3798,7 +3893,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3811,7 +3906,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -3856,7 +3951,7 @@ type ListBreakGlassRequest struct {
 
 func (x *ListBreakGlassRequest) Reset() {
 	*x = ListBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3868,7 +3963,7 @@ func (x *ListBreakGlassRequest) String() string {
 func (*ListBreakGlassRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3881,7 +3976,7 @@ func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListBreakGlassRequest) GetAgentId() string {
@@ -3914,7 +4009,7 @@ type ListBreakGlassResponse struct {
 
 func (x *ListBreakGlassResponse) Reset() {
 	*x = ListBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3926,7 +4021,7 @@ func (x *ListBreakGlassResponse) String() string {
 func (*ListBreakGlassResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3939,7 +4034,7 @@ func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListBreakGlassResponse) GetGrants() []*BreakGlassGrant {
@@ -3983,7 +4078,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3995,7 +4090,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4008,7 +4103,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -4136,7 +4231,7 @@ type DecideBreakGlassRequest struct {
 
 func (x *DecideBreakGlassRequest) Reset() {
 	*x = DecideBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4148,7 +4243,7 @@ func (x *DecideBreakGlassRequest) String() string {
 func (*DecideBreakGlassRequest) ProtoMessage() {}
 
 func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4161,7 +4256,7 @@ func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DecideBreakGlassRequest) GetAgentId() string {
@@ -4194,7 +4289,7 @@ type DecideBreakGlassResponse struct {
 
 func (x *DecideBreakGlassResponse) Reset() {
 	*x = DecideBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +4301,7 @@ func (x *DecideBreakGlassResponse) String() string {
 func (*DecideBreakGlassResponse) ProtoMessage() {}
 
 func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +4314,7 @@ func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -4246,7 +4341,7 @@ type AuditRecords struct {
 
 func (x *AuditRecords) Reset() {
 	*x = AuditRecords{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4258,7 +4353,7 @@ func (x *AuditRecords) String() string {
 func (*AuditRecords) ProtoMessage() {}
 
 func (x *AuditRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4271,7 +4366,7 @@ func (x *AuditRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecords.ProtoReflect.Descriptor instead.
 func (*AuditRecords) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AuditRecords) GetRecords() []*AuditRecord {
@@ -4303,7 +4398,7 @@ type AuditCheckpoint struct {
 
 func (x *AuditCheckpoint) Reset() {
 	*x = AuditCheckpoint{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4410,7 @@ func (x *AuditCheckpoint) String() string {
 func (*AuditCheckpoint) ProtoMessage() {}
 
 func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4423,7 @@ func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
 func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AuditCheckpoint) GetSeq() int64 {
@@ -4380,7 +4475,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4487,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4500,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AuditRecord) GetChain() string {
@@ -4489,7 +4584,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +4596,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +4609,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListAuditRecordsRequest) GetAgentId() string {
@@ -4561,7 +4656,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +4668,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +4681,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
@@ -4614,7 +4709,7 @@ type RevokeSelfRequest struct {
 
 func (x *RevokeSelfRequest) Reset() {
 	*x = RevokeSelfRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4626,7 +4721,7 @@ func (x *RevokeSelfRequest) String() string {
 func (*RevokeSelfRequest) ProtoMessage() {}
 
 func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4639,7 +4734,7 @@ func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSelfRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSelfRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RevokeSelfRequest) GetAgentId() string {
@@ -4685,7 +4780,7 @@ type RevokeSelfResponse struct {
 
 func (x *RevokeSelfResponse) Reset() {
 	*x = RevokeSelfResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4697,7 +4792,7 @@ func (x *RevokeSelfResponse) String() string {
 func (*RevokeSelfResponse) ProtoMessage() {}
 
 func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4710,7 +4805,7 @@ func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSelfResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSelfResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 // ShellOpen asks for a support shell: a PTY on the customer's side, in
@@ -4740,7 +4835,7 @@ type ShellOpen struct {
 
 func (x *ShellOpen) Reset() {
 	*x = ShellOpen{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4752,7 +4847,7 @@ func (x *ShellOpen) String() string {
 func (*ShellOpen) ProtoMessage() {}
 
 func (x *ShellOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4765,7 +4860,7 @@ func (x *ShellOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellOpen.ProtoReflect.Descriptor instead.
 func (*ShellOpen) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ShellOpen) GetSessionId() string {
@@ -4844,7 +4939,7 @@ type ShellInput struct {
 
 func (x *ShellInput) Reset() {
 	*x = ShellInput{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4856,7 +4951,7 @@ func (x *ShellInput) String() string {
 func (*ShellInput) ProtoMessage() {}
 
 func (x *ShellInput) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4869,7 +4964,7 @@ func (x *ShellInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellInput.ProtoReflect.Descriptor instead.
 func (*ShellInput) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ShellInput) GetSessionId() string {
@@ -4937,7 +5032,7 @@ type ShellEvent struct {
 
 func (x *ShellEvent) Reset() {
 	*x = ShellEvent{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4949,7 +5044,7 @@ func (x *ShellEvent) String() string {
 func (*ShellEvent) ProtoMessage() {}
 
 func (x *ShellEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4962,7 +5057,7 @@ func (x *ShellEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellEvent.ProtoReflect.Descriptor instead.
 func (*ShellEvent) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShellEvent) GetSessionId() string {
@@ -5024,7 +5119,7 @@ type ShellOpened struct {
 
 func (x *ShellOpened) Reset() {
 	*x = ShellOpened{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5036,7 +5131,7 @@ func (x *ShellOpened) String() string {
 func (*ShellOpened) ProtoMessage() {}
 
 func (x *ShellOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[57]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5049,7 +5144,7 @@ func (x *ShellOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellOpened.ProtoReflect.Descriptor instead.
 func (*ShellOpened) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ShellOpened) GetGrantId() string {
@@ -5087,7 +5182,7 @@ type ShellEnded struct {
 
 func (x *ShellEnded) Reset() {
 	*x = ShellEnded{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5099,7 +5194,7 @@ func (x *ShellEnded) String() string {
 func (*ShellEnded) ProtoMessage() {}
 
 func (x *ShellEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[58]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5112,7 +5207,7 @@ func (x *ShellEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellEnded.ProtoReflect.Descriptor instead.
 func (*ShellEnded) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ShellEnded) GetReason() string {
@@ -5197,7 +5292,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05shell\x18) \x01(\v2\x19.byoc.agent.v1.ShellEventH\x00R\x05shell\x12B\n" +
 	"\rchannel_hello\x18\x14 \x01(\v2\x1b.byoc.agent.v1.ChannelHelloH\x00R\fchannelHello\x12\x18\n" +
 	"\x06sealed\x18\x15 \x01(\fH\x00R\x06sealedB\x05\n" +
-	"\x03msg\"\xab\x06\n" +
+	"\x03msg\"\xfb\x06\n" +
 	"\x0fConnectResponse\x128\n" +
 	"\tchallenge\x18\x01 \x01(\v2\x18.byoc.agent.v1.ChallengeH\x00R\tchallenge\x122\n" +
 	"\awelcome\x18\x02 \x01(\v2\x16.byoc.agent.v1.WelcomeH\x00R\awelcome\x12>\n" +
@@ -5209,7 +5304,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\brejected\x18\x06 \x01(\v2\x1c.byoc.agent.v1.WriteRejectedH\x00R\brejected\x128\n" +
 	"\arenewed\x18\a \x01(\v2\x1c.byoc.agent.v1.LeasesRenewedH\x00R\arenewed\x123\n" +
 	"\x05audit\x18\x1e \x01(\v2\x1b.byoc.agent.v1.AuditRecordsH\x00R\x05audit\x12?\n" +
-	"\fupdate_offer\x18\x1f \x01(\v2\x1a.byoc.agent.v1.UpdateOfferH\x00R\vupdateOffer\x12K\n" +
+	"\fupdate_offer\x18\x1f \x01(\v2\x1a.byoc.agent.v1.UpdateOfferH\x00R\vupdateOffer\x12N\n" +
+	"\x11update_withdrawal\x18\" \x01(\v2\x1f.byoc.agent.v1.UpdateWithdrawalH\x00R\x10updateWithdrawal\x12K\n" +
 	"\x10telemetry_config\x18( \x01(\v2\x1e.byoc.agent.v1.TelemetryConfigH\x00R\x0ftelemetryConfig\x129\n" +
 	"\n" +
 	"shell_open\x18  \x01(\v2\x18.byoc.agent.v1.ShellOpenH\x00R\tshellOpen\x12<\n" +
@@ -5285,7 +5381,12 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x15\n" +
 	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12$\n" +
 	"\x0eexpire_unix_ms\x18\x04 \x01(\x03R\fexpireUnixMs\x12\x1c\n" +
-	"\tsignature\x18\x05 \x01(\fR\tsignature\"i\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\"\x88\x01\n" +
+	"\x10UpdateWithdrawal\x12\x19\n" +
+	"\boffer_id\x18\x01 \x01(\tR\aofferId\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12$\n" +
+	"\x0eexpire_unix_ms\x18\x03 \x01(\x03R\fexpireUnixMs\x12\x1c\n" +
+	"\tsignature\x18\x04 \x01(\fR\tsignature\"i\n" +
 	"\x10AgentKeyRotation\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12 \n" +
@@ -5617,7 +5718,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -5635,157 +5736,159 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*UpdateReport)(nil),             // 13: byoc.agent.v1.UpdateReport
 	(*UpdateDecision)(nil),           // 14: byoc.agent.v1.UpdateDecision
 	(*UpdateOffer)(nil),              // 15: byoc.agent.v1.UpdateOffer
-	(*AgentKeyRotation)(nil),         // 16: byoc.agent.v1.AgentKeyRotation
-	(*AgentCondition)(nil),           // 17: byoc.agent.v1.AgentCondition
-	(*StackReport)(nil),              // 18: byoc.agent.v1.StackReport
-	(*Permissions)(nil),              // 19: byoc.agent.v1.Permissions
-	(*TelemetrySetting)(nil),         // 20: byoc.agent.v1.TelemetrySetting
-	(*TelemetryConfig)(nil),          // 21: byoc.agent.v1.TelemetryConfig
-	(*MetricsSource)(nil),            // 22: byoc.agent.v1.MetricsSource
-	(*LogSource)(nil),                // 23: byoc.agent.v1.LogSource
-	(*TelemetryBatch)(nil),           // 24: byoc.agent.v1.TelemetryBatch
-	(*MetricSample)(nil),             // 25: byoc.agent.v1.MetricSample
-	(*TelemetryLine)(nil),            // 26: byoc.agent.v1.TelemetryLine
-	(*Welcome)(nil),                  // 27: byoc.agent.v1.Welcome
-	(*Heartbeat)(nil),                // 28: byoc.agent.v1.Heartbeat
-	(*LeasesRenewed)(nil),            // 29: byoc.agent.v1.LeasesRenewed
-	(*JobAck)(nil),                   // 30: byoc.agent.v1.JobAck
-	(*LogLine)(nil),                  // 31: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),                  // 32: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),                // 33: byoc.agent.v1.JobResult
-	(*ArtifactVerification)(nil),     // 34: byoc.agent.v1.ArtifactVerification
-	(*PolicyFinding)(nil),            // 35: byoc.agent.v1.PolicyFinding
-	(*PlannedChange)(nil),            // 36: byoc.agent.v1.PlannedChange
-	(*JobAssignment)(nil),            // 37: byoc.agent.v1.JobAssignment
-	(*RegistryGrant)(nil),            // 38: byoc.agent.v1.RegistryGrant
-	(*JobSignature)(nil),             // 39: byoc.agent.v1.JobSignature
-	(*JobCancel)(nil),                // 40: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),            // 41: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),            // 42: byoc.agent.v1.WriteRejected
-	(*ListBreakGlassRequest)(nil),    // 43: byoc.agent.v1.ListBreakGlassRequest
-	(*ListBreakGlassResponse)(nil),   // 44: byoc.agent.v1.ListBreakGlassResponse
-	(*BreakGlassGrant)(nil),          // 45: byoc.agent.v1.BreakGlassGrant
-	(*DecideBreakGlassRequest)(nil),  // 46: byoc.agent.v1.DecideBreakGlassRequest
-	(*DecideBreakGlassResponse)(nil), // 47: byoc.agent.v1.DecideBreakGlassResponse
-	(*AuditRecords)(nil),             // 48: byoc.agent.v1.AuditRecords
-	(*AuditCheckpoint)(nil),          // 49: byoc.agent.v1.AuditCheckpoint
-	(*AuditRecord)(nil),              // 50: byoc.agent.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),  // 51: byoc.agent.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 52: byoc.agent.v1.ListAuditRecordsResponse
-	(*RevokeSelfRequest)(nil),        // 53: byoc.agent.v1.RevokeSelfRequest
-	(*RevokeSelfResponse)(nil),       // 54: byoc.agent.v1.RevokeSelfResponse
-	(*ShellOpen)(nil),                // 55: byoc.agent.v1.ShellOpen
-	(*ShellInput)(nil),               // 56: byoc.agent.v1.ShellInput
-	(*ShellEvent)(nil),               // 57: byoc.agent.v1.ShellEvent
-	(*ShellOpened)(nil),              // 58: byoc.agent.v1.ShellOpened
-	(*ShellEnded)(nil),               // 59: byoc.agent.v1.ShellEnded
-	nil,                              // 60: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 61: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 62: byoc.agent.v1.MetricSample.LabelsEntry
-	nil,                              // 63: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 64: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 65: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 66: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 67: google.protobuf.Struct
+	(*UpdateWithdrawal)(nil),         // 16: byoc.agent.v1.UpdateWithdrawal
+	(*AgentKeyRotation)(nil),         // 17: byoc.agent.v1.AgentKeyRotation
+	(*AgentCondition)(nil),           // 18: byoc.agent.v1.AgentCondition
+	(*StackReport)(nil),              // 19: byoc.agent.v1.StackReport
+	(*Permissions)(nil),              // 20: byoc.agent.v1.Permissions
+	(*TelemetrySetting)(nil),         // 21: byoc.agent.v1.TelemetrySetting
+	(*TelemetryConfig)(nil),          // 22: byoc.agent.v1.TelemetryConfig
+	(*MetricsSource)(nil),            // 23: byoc.agent.v1.MetricsSource
+	(*LogSource)(nil),                // 24: byoc.agent.v1.LogSource
+	(*TelemetryBatch)(nil),           // 25: byoc.agent.v1.TelemetryBatch
+	(*MetricSample)(nil),             // 26: byoc.agent.v1.MetricSample
+	(*TelemetryLine)(nil),            // 27: byoc.agent.v1.TelemetryLine
+	(*Welcome)(nil),                  // 28: byoc.agent.v1.Welcome
+	(*Heartbeat)(nil),                // 29: byoc.agent.v1.Heartbeat
+	(*LeasesRenewed)(nil),            // 30: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                   // 31: byoc.agent.v1.JobAck
+	(*LogLine)(nil),                  // 32: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),                  // 33: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),                // 34: byoc.agent.v1.JobResult
+	(*ArtifactVerification)(nil),     // 35: byoc.agent.v1.ArtifactVerification
+	(*PolicyFinding)(nil),            // 36: byoc.agent.v1.PolicyFinding
+	(*PlannedChange)(nil),            // 37: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),            // 38: byoc.agent.v1.JobAssignment
+	(*RegistryGrant)(nil),            // 39: byoc.agent.v1.RegistryGrant
+	(*JobSignature)(nil),             // 40: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),                // 41: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),            // 42: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),            // 43: byoc.agent.v1.WriteRejected
+	(*ListBreakGlassRequest)(nil),    // 44: byoc.agent.v1.ListBreakGlassRequest
+	(*ListBreakGlassResponse)(nil),   // 45: byoc.agent.v1.ListBreakGlassResponse
+	(*BreakGlassGrant)(nil),          // 46: byoc.agent.v1.BreakGlassGrant
+	(*DecideBreakGlassRequest)(nil),  // 47: byoc.agent.v1.DecideBreakGlassRequest
+	(*DecideBreakGlassResponse)(nil), // 48: byoc.agent.v1.DecideBreakGlassResponse
+	(*AuditRecords)(nil),             // 49: byoc.agent.v1.AuditRecords
+	(*AuditCheckpoint)(nil),          // 50: byoc.agent.v1.AuditCheckpoint
+	(*AuditRecord)(nil),              // 51: byoc.agent.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 52: byoc.agent.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 53: byoc.agent.v1.ListAuditRecordsResponse
+	(*RevokeSelfRequest)(nil),        // 54: byoc.agent.v1.RevokeSelfRequest
+	(*RevokeSelfResponse)(nil),       // 55: byoc.agent.v1.RevokeSelfResponse
+	(*ShellOpen)(nil),                // 56: byoc.agent.v1.ShellOpen
+	(*ShellInput)(nil),               // 57: byoc.agent.v1.ShellInput
+	(*ShellEvent)(nil),               // 58: byoc.agent.v1.ShellEvent
+	(*ShellOpened)(nil),              // 59: byoc.agent.v1.ShellOpened
+	(*ShellEnded)(nil),               // 60: byoc.agent.v1.ShellEnded
+	nil,                              // 61: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 62: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 63: byoc.agent.v1.MetricSample.LabelsEntry
+	nil,                              // 64: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 65: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 67: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 68: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	10, // 1: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
-	28, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
-	30, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
-	32, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
-	33, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
-	24, // 6: byoc.agent.v1.ConnectRequest.telemetry:type_name -> byoc.agent.v1.TelemetryBatch
-	57, // 7: byoc.agent.v1.ConnectRequest.shell:type_name -> byoc.agent.v1.ShellEvent
+	29, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
+	31, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
+	33, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
+	34, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
+	25, // 6: byoc.agent.v1.ConnectRequest.telemetry:type_name -> byoc.agent.v1.TelemetryBatch
+	58, // 7: byoc.agent.v1.ConnectRequest.shell:type_name -> byoc.agent.v1.ShellEvent
 	8,  // 8: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
 	6,  // 9: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	27, // 10: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	37, // 11: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	40, // 12: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	41, // 13: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	42, // 14: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	29, // 15: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	48, // 16: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
+	28, // 10: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	38, // 11: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	41, // 12: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	42, // 13: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	43, // 14: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	30, // 15: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	49, // 16: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
 	15, // 17: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
-	21, // 18: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
-	55, // 19: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
-	56, // 20: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
-	3,  // 21: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	7,  // 22: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
-	9,  // 23: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	19, // 24: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	18, // 25: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
-	17, // 26: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
-	16, // 27: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
-	13, // 28: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
-	11, // 29: byoc.agent.v1.Hello.plugins:type_name -> byoc.agent.v1.PluginReport
-	12, // 30: byoc.agent.v1.PluginReport.releases:type_name -> byoc.agent.v1.PluginRelease
-	65, // 31: byoc.agent.v1.PluginRelease.check_time:type_name -> google.protobuf.Timestamp
-	14, // 32: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
-	65, // 33: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
-	60, // 34: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	61, // 35: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	65, // 36: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	20, // 37: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
-	22, // 38: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
-	23, // 39: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
-	25, // 40: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
-	26, // 41: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
-	62, // 42: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
-	65, // 43: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
-	65, // 44: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
-	3,  // 45: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	9,  // 46: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	19, // 47: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	17, // 48: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
-	13, // 49: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
-	11, // 50: byoc.agent.v1.Heartbeat.plugins:type_name -> byoc.agent.v1.PluginReport
-	65, // 51: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	31, // 52: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 53: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	63, // 54: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	36, // 55: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	35, // 56: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	34, // 57: byoc.agent.v1.JobResult.verifications:type_name -> byoc.agent.v1.ArtifactVerification
-	66, // 58: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	66, // 59: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	67, // 60: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	64, // 61: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	39, // 62: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	38, // 63: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	65, // 64: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	45, // 65: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	65, // 66: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	65, // 67: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	65, // 68: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	65, // 69: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	65, // 70: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	45, // 71: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	50, // 72: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	49, // 73: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
-	65, // 74: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	50, // 75: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	65, // 76: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
-	58, // 77: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
-	59, // 78: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
-	65, // 79: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 80: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 81: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	43, // 82: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	46, // 83: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	51, // 84: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	53, // 85: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
-	2,  // 86: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 87: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	44, // 88: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	47, // 89: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	52, // 90: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	54, // 91: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
-	86, // [86:92] is the sub-list for method output_type
-	80, // [80:86] is the sub-list for method input_type
-	80, // [80:80] is the sub-list for extension type_name
-	80, // [80:80] is the sub-list for extension extendee
-	0,  // [0:80] is the sub-list for field type_name
+	16, // 18: byoc.agent.v1.ConnectResponse.update_withdrawal:type_name -> byoc.agent.v1.UpdateWithdrawal
+	22, // 19: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
+	56, // 20: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
+	57, // 21: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
+	3,  // 22: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	7,  // 23: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
+	9,  // 24: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
+	20, // 25: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	19, // 26: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
+	18, // 27: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
+	17, // 28: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
+	13, // 29: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
+	11, // 30: byoc.agent.v1.Hello.plugins:type_name -> byoc.agent.v1.PluginReport
+	12, // 31: byoc.agent.v1.PluginReport.releases:type_name -> byoc.agent.v1.PluginRelease
+	66, // 32: byoc.agent.v1.PluginRelease.check_time:type_name -> google.protobuf.Timestamp
+	14, // 33: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
+	66, // 34: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
+	61, // 35: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	62, // 36: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	66, // 37: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	21, // 38: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
+	23, // 39: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
+	24, // 40: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
+	26, // 41: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
+	27, // 42: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
+	63, // 43: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
+	66, // 44: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	66, // 45: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
+	3,  // 46: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	9,  // 47: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	20, // 48: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	18, // 49: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
+	13, // 50: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
+	11, // 51: byoc.agent.v1.Heartbeat.plugins:type_name -> byoc.agent.v1.PluginReport
+	66, // 52: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	32, // 53: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 54: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	64, // 55: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	37, // 56: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	36, // 57: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	35, // 58: byoc.agent.v1.JobResult.verifications:type_name -> byoc.agent.v1.ArtifactVerification
+	67, // 59: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	67, // 60: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	68, // 61: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	65, // 62: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	40, // 63: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	39, // 64: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	66, // 65: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	46, // 66: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	66, // 67: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	66, // 68: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	66, // 69: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	66, // 70: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	66, // 71: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	46, // 72: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	51, // 73: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	50, // 74: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
+	66, // 75: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	51, // 76: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	66, // 77: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
+	59, // 78: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
+	60, // 79: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
+	66, // 80: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 81: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 82: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	44, // 83: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	47, // 84: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	52, // 85: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	54, // 86: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
+	2,  // 87: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 88: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	45, // 89: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	48, // 90: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	53, // 91: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	55, // 92: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
+	87, // [87:93] is the sub-list for method output_type
+	81, // [81:87] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -5814,6 +5917,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectResponse_Renewed)(nil),
 		(*ConnectResponse_Audit)(nil),
 		(*ConnectResponse_UpdateOffer)(nil),
+		(*ConnectResponse_UpdateWithdrawal)(nil),
 		(*ConnectResponse_TelemetryConfig)(nil),
 		(*ConnectResponse_ShellOpen)(nil),
 		(*ConnectResponse_ShellInput)(nil),
@@ -5826,7 +5930,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   64,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1758,13 +1758,19 @@ func (x *AgentUpdate) GetLastCause() string {
 
 // AgentUpdateOffer is an agent release offered to an agent.
 type AgentUpdateOffer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Release       string                 `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
-	OfferedBy     string                 `protobuf:"bytes,3,opt,name=offered_by,json=offeredBy,proto3" json:"offered_by,omitempty"`
-	OfferTime     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=offer_time,json=offerTime,proto3" json:"offer_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Release   string                 `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	OfferedBy string                 `protobuf:"bytes,3,opt,name=offered_by,json=offeredBy,proto3" json:"offered_by,omitempty"`
+	OfferTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=offer_time,json=offerTime,proto3" json:"offer_time,omitempty"`
+	// withdraw_time is when imsd took the offer back (unset: it stands):
+	// a cancelled agent rollout, or one whose deadline passed; the agent
+	// drops it unless it applied it already (its update shows withdrawn).
+	WithdrawTime   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=withdraw_time,json=withdrawTime,proto3" json:"withdraw_time,omitempty"`
+	WithdrawnBy    string                 `protobuf:"bytes,6,opt,name=withdrawn_by,json=withdrawnBy,proto3" json:"withdrawn_by,omitempty"`
+	WithdrawReason string                 `protobuf:"bytes,7,opt,name=withdraw_reason,json=withdrawReason,proto3" json:"withdraw_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AgentUpdateOffer) Reset() {
@@ -1823,6 +1829,27 @@ func (x *AgentUpdateOffer) GetOfferTime() *timestamppb.Timestamp {
 		return x.OfferTime
 	}
 	return nil
+}
+
+func (x *AgentUpdateOffer) GetWithdrawTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WithdrawTime
+	}
+	return nil
+}
+
+func (x *AgentUpdateOffer) GetWithdrawnBy() string {
+	if x != nil {
+		return x.WithdrawnBy
+	}
+	return ""
+}
+
+func (x *AgentUpdateOffer) GetWithdrawReason() string {
+	if x != nil {
+		return x.WithdrawReason
+	}
+	return ""
 }
 
 // StackReport is an install stack as its agent reports it: the
@@ -10120,14 +10147,17 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vreport_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"reportTime\x12\x1d\n" +
 	"\n" +
-	"last_cause\x18\f \x01(\tR\tlastCause\"\x96\x01\n" +
+	"last_cause\x18\f \x01(\tR\tlastCause\"\xa3\x02\n" +
 	"\x10AgentUpdateOffer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x1d\n" +
 	"\n" +
 	"offered_by\x18\x03 \x01(\tR\tofferedBy\x129\n" +
 	"\n" +
-	"offer_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tofferTime\"\xee\x02\n" +
+	"offer_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tofferTime\x12?\n" +
+	"\rwithdraw_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fwithdrawTime\x12!\n" +
+	"\fwithdrawn_by\x18\x06 \x01(\tR\vwithdrawnBy\x12'\n" +
+	"\x0fwithdraw_reason\x18\a \x01(\tR\x0ewithdrawReason\"\xee\x02\n" +
 	"\vStackReport\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x14\n" +
 	"\x05stack\x18\x02 \x01(\tR\x05stack\x12<\n" +
@@ -11152,275 +11182,276 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	158, // 27: byoc.ims.v1.AgentUpdate.last_time:type_name -> google.protobuf.Timestamp
 	158, // 28: byoc.ims.v1.AgentUpdate.report_time:type_name -> google.protobuf.Timestamp
 	158, // 29: byoc.ims.v1.AgentUpdateOffer.offer_time:type_name -> google.protobuf.Timestamp
-	146, // 30: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	147, // 31: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	158, // 32: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	158, // 33: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	158, // 34: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	148, // 35: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	158, // 36: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
-	24,  // 37: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
-	30,  // 38: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	159, // 39: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	149, // 40: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
-	150, // 41: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	151, // 42: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	152, // 43: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
-	29,  // 44: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	33,  // 45: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	158, // 46: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
-	29,  // 47: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
-	29,  // 48: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
-	58,  // 49: byoc.ims.v1.CheckInstallDriftResponse.jobs:type_name -> byoc.ims.v1.Job
-	58,  // 50: byoc.ims.v1.ImportComponentResponse.job:type_name -> byoc.ims.v1.Job
-	44,  // 51: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	158, // 52: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
-	60,  // 53: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	158, // 54: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
-	29,  // 55: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
-	45,  // 56: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	153, // 57: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	29,  // 58: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	160, // 59: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	33,  // 60: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	154, // 61: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
-	29,  // 62: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
-	161, // 63: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
-	1,   // 64: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	158, // 65: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	158, // 66: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	158, // 67: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	158, // 68: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	155, // 69: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	60,  // 70: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
-	59,  // 71: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	162, // 72: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	162, // 73: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	161, // 74: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	58,  // 75: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	61,  // 76: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
-	58,  // 77: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	1,   // 78: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	58,  // 79: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	58,  // 80: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	158, // 81: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,   // 82: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	69,  // 83: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	58,  // 84: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	58,  // 85: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	158, // 86: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	74,  // 87: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	17,  // 88: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	75,  // 89: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	84,  // 90: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	78,  // 91: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	160, // 92: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
-	29,  // 93: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
-	33,  // 94: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	75,  // 95: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	84,  // 96: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	83,  // 97: byoc.ims.v1.DiffAppRevisionsResponse.installs:type_name -> byoc.ims.v1.InstallConfigDiff
-	84,  // 98: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
-	85,  // 99: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
-	86,  // 100: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	162, // 101: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	162, // 102: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	158, // 103: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	88,  // 104: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	88,  // 105: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	88,  // 106: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	88,  // 107: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	101, // 108: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
-	101, // 109: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	158, // 110: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	158, // 111: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	158, // 112: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	158, // 113: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	158, // 114: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	104, // 115: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	74,  // 116: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	114, // 117: byoc.ims.v1.UploadBundleResultsResponse.result:type_name -> byoc.ims.v1.ImportBundleResultsResponse
-	163, // 118: byoc.ims.v1.ImportBundleResultsResponse.workflow_state:type_name -> byoc.ims.v1.WorkflowState
-	158, // 119: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
-	33,  // 120: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	58,  // 121: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
-	115, // 122: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
-	115, // 123: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	158, // 124: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
-	124, // 125: byoc.ims.v1.InstallImage.verification:type_name -> byoc.ims.v1.ArtifactVerification
-	158, // 126: byoc.ims.v1.ArtifactVerification.verify_time:type_name -> google.protobuf.Timestamp
-	123, // 127: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
-	124, // 128: byoc.ims.v1.InstallArtifact.verification:type_name -> byoc.ims.v1.ArtifactVerification
-	127, // 129: byoc.ims.v1.ListInstallArtifactsResponse.artifacts:type_name -> byoc.ims.v1.InstallArtifact
-	131, // 130: byoc.ims.v1.ListDebugCommandsResponse.commands:type_name -> byoc.ims.v1.DebugCommand
-	132, // 131: byoc.ims.v1.DebugCommand.args:type_name -> byoc.ims.v1.DebugArg
-	156, // 132: byoc.ims.v1.RunDebugCommandRequest.args:type_name -> byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
-	58,  // 133: byoc.ims.v1.RunDebugCommandResponse.job:type_name -> byoc.ims.v1.Job
-	157, // 134: byoc.ims.v1.RunDebugCommandResponse.args:type_name -> byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
-	158, // 135: byoc.ims.v1.SupportRecording.start_time:type_name -> google.protobuf.Timestamp
-	158, // 136: byoc.ims.v1.SupportRecording.end_time:type_name -> google.protobuf.Timestamp
-	135, // 137: byoc.ims.v1.ListSupportRecordingsResponse.recordings:type_name -> byoc.ims.v1.SupportRecording
-	135, // 138: byoc.ims.v1.GetSupportRecordingResponse.recording:type_name -> byoc.ims.v1.SupportRecording
-	141, // 139: byoc.ims.v1.SupportShellRequest.open:type_name -> byoc.ims.v1.SupportShellOpen
-	142, // 140: byoc.ims.v1.SupportShellRequest.resize:type_name -> byoc.ims.v1.TerminalSize
-	142, // 141: byoc.ims.v1.SupportShellOpen.size:type_name -> byoc.ims.v1.TerminalSize
-	144, // 142: byoc.ims.v1.SupportShellResponse.started:type_name -> byoc.ims.v1.SupportShellStarted
-	145, // 143: byoc.ims.v1.SupportShellResponse.ended:type_name -> byoc.ims.v1.SupportShellEnded
-	158, // 144: byoc.ims.v1.SupportShellStarted.grant_expire_time:type_name -> google.protobuf.Timestamp
-	161, // 145: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	4,   // 146: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	6,   // 147: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
-	8,   // 148: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	11,  // 149: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
-	13,  // 150: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
-	15,  // 151: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
-	18,  // 152: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	20,  // 153: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	22,  // 154: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	76,  // 155: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	79,  // 156: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	81,  // 157: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	31,  // 158: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	34,  // 159: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	36,  // 160: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	42,  // 161: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	38,  // 162: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
-	40,  // 163: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
-	46,  // 164: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	54,  // 165: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	56,  // 166: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
-	48,  // 167: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
-	49,  // 168: byoc.ims.v1.OperatorService.OfferAgentUpdate:input_type -> byoc.ims.v1.OfferAgentUpdateRequest
-	52,  // 169: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	164, // 170: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	165, // 171: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	166, // 172: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	167, // 173: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	168, // 174: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	169, // 175: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	170, // 176: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	171, // 177: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
-	172, // 178: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
-	173, // 179: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
-	174, // 180: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
-	175, // 181: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
-	176, // 182: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
-	177, // 183: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
-	178, // 184: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
-	179, // 185: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
-	61,  // 186: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	63,  // 187: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	65,  // 188: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	67,  // 189: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	70,  // 190: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	72,  // 191: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	89,  // 192: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	91,  // 193: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	93,  // 194: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	95,  // 195: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	180, // 196: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	181, // 197: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	129, // 198: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
-	133, // 199: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
-	182, // 200: byoc.ims.v1.OperatorService.GetTelemetry:input_type -> byoc.ims.v1.GetTelemetryRequest
-	140, // 201: byoc.ims.v1.OperatorService.SupportShell:input_type -> byoc.ims.v1.SupportShellRequest
-	136, // 202: byoc.ims.v1.OperatorService.ListSupportRecordings:input_type -> byoc.ims.v1.ListSupportRecordingsRequest
-	138, // 203: byoc.ims.v1.OperatorService.GetSupportRecording:input_type -> byoc.ims.v1.GetSupportRecordingRequest
-	183, // 204: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	184, // 205: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	97,  // 206: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	99,  // 207: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	102, // 208: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	185, // 209: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	105, // 210: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	107, // 211: byoc.ims.v1.OperatorService.CreateBundle:input_type -> byoc.ims.v1.CreateBundleRequest
-	109, // 212: byoc.ims.v1.OperatorService.SignBundle:input_type -> byoc.ims.v1.SignBundleRequest
-	111, // 213: byoc.ims.v1.OperatorService.ImportBundleResults:input_type -> byoc.ims.v1.ImportBundleResultsRequest
-	112, // 214: byoc.ims.v1.OperatorService.UploadBundleResults:input_type -> byoc.ims.v1.UploadBundleResultsRequest
-	116, // 215: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	118, // 216: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	120, // 217: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	122, // 218: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	126, // 219: byoc.ims.v1.OperatorService.ListInstallArtifacts:input_type -> byoc.ims.v1.ListInstallArtifactsRequest
-	5,   // 220: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	7,   // 221: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
-	9,   // 222: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	12,  // 223: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
-	14,  // 224: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
-	16,  // 225: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
-	19,  // 226: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	21,  // 227: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	23,  // 228: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	77,  // 229: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	80,  // 230: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	82,  // 231: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	32,  // 232: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	35,  // 233: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	37,  // 234: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	43,  // 235: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	39,  // 236: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
-	41,  // 237: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
-	47,  // 238: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	55,  // 239: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	57,  // 240: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	51,  // 241: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
-	50,  // 242: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
-	53,  // 243: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	186, // 244: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	187, // 245: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	188, // 246: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	189, // 247: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	190, // 248: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	191, // 249: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	192, // 250: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	193, // 251: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
-	194, // 252: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
-	195, // 253: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
-	196, // 254: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
-	197, // 255: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
-	198, // 256: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
-	199, // 257: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
-	200, // 258: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
-	201, // 259: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
-	62,  // 260: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	64,  // 261: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	66,  // 262: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	68,  // 263: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	71,  // 264: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	73,  // 265: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	90,  // 266: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	92,  // 267: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	94,  // 268: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	96,  // 269: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	202, // 270: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	203, // 271: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	130, // 272: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
-	134, // 273: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
-	204, // 274: byoc.ims.v1.OperatorService.GetTelemetry:output_type -> byoc.ims.v1.GetTelemetryResponse
-	143, // 275: byoc.ims.v1.OperatorService.SupportShell:output_type -> byoc.ims.v1.SupportShellResponse
-	137, // 276: byoc.ims.v1.OperatorService.ListSupportRecordings:output_type -> byoc.ims.v1.ListSupportRecordingsResponse
-	139, // 277: byoc.ims.v1.OperatorService.GetSupportRecording:output_type -> byoc.ims.v1.GetSupportRecordingResponse
-	205, // 278: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	206, // 279: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	98,  // 280: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	100, // 281: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	103, // 282: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	207, // 283: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	106, // 284: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	108, // 285: byoc.ims.v1.OperatorService.CreateBundle:output_type -> byoc.ims.v1.CreateBundleResponse
-	110, // 286: byoc.ims.v1.OperatorService.SignBundle:output_type -> byoc.ims.v1.SignBundleResponse
-	114, // 287: byoc.ims.v1.OperatorService.ImportBundleResults:output_type -> byoc.ims.v1.ImportBundleResultsResponse
-	113, // 288: byoc.ims.v1.OperatorService.UploadBundleResults:output_type -> byoc.ims.v1.UploadBundleResultsResponse
-	117, // 289: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	119, // 290: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	121, // 291: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	125, // 292: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	128, // 293: byoc.ims.v1.OperatorService.ListInstallArtifacts:output_type -> byoc.ims.v1.ListInstallArtifactsResponse
-	220, // [220:294] is the sub-list for method output_type
-	146, // [146:220] is the sub-list for method input_type
-	146, // [146:146] is the sub-list for extension type_name
-	146, // [146:146] is the sub-list for extension extendee
-	0,   // [0:146] is the sub-list for field type_name
+	158, // 30: byoc.ims.v1.AgentUpdateOffer.withdraw_time:type_name -> google.protobuf.Timestamp
+	146, // 31: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	147, // 32: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	158, // 33: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	158, // 34: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	158, // 35: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	148, // 36: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	158, // 37: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	24,  // 38: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
+	30,  // 39: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
+	159, // 40: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	149, // 41: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
+	150, // 42: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	151, // 43: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	152, // 44: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	29,  // 45: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	33,  // 46: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	158, // 47: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	29,  // 48: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
+	29,  // 49: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
+	58,  // 50: byoc.ims.v1.CheckInstallDriftResponse.jobs:type_name -> byoc.ims.v1.Job
+	58,  // 51: byoc.ims.v1.ImportComponentResponse.job:type_name -> byoc.ims.v1.Job
+	44,  // 52: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
+	158, // 53: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	60,  // 54: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
+	158, // 55: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	29,  // 56: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
+	45,  // 57: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
+	153, // 58: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	29,  // 59: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	160, // 60: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	33,  // 61: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	154, // 62: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
+	29,  // 63: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
+	161, // 64: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	1,   // 65: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
+	158, // 66: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	158, // 67: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	158, // 68: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	158, // 69: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	155, // 70: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	60,  // 71: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
+	59,  // 72: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
+	162, // 73: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	162, // 74: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	161, // 75: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	58,  // 76: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	61,  // 77: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
+	58,  // 78: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	1,   // 79: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	58,  // 80: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	58,  // 81: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	158, // 82: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,   // 83: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	69,  // 84: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	58,  // 85: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	58,  // 86: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	158, // 87: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	74,  // 88: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	17,  // 89: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	75,  // 90: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	84,  // 91: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	78,  // 92: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	160, // 93: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	29,  // 94: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	33,  // 95: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	75,  // 96: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	84,  // 97: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	83,  // 98: byoc.ims.v1.DiffAppRevisionsResponse.installs:type_name -> byoc.ims.v1.InstallConfigDiff
+	84,  // 99: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
+	85,  // 100: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
+	86,  // 101: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	162, // 102: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	162, // 103: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	158, // 104: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	88,  // 105: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	88,  // 106: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	88,  // 107: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	88,  // 108: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	101, // 109: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
+	101, // 110: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
+	158, // 111: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	158, // 112: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	158, // 113: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	158, // 114: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	158, // 115: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	104, // 116: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
+	74,  // 117: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
+	114, // 118: byoc.ims.v1.UploadBundleResultsResponse.result:type_name -> byoc.ims.v1.ImportBundleResultsResponse
+	163, // 119: byoc.ims.v1.ImportBundleResultsResponse.workflow_state:type_name -> byoc.ims.v1.WorkflowState
+	158, // 120: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	33,  // 121: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	58,  // 122: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	115, // 123: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	115, // 124: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	158, // 125: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	124, // 126: byoc.ims.v1.InstallImage.verification:type_name -> byoc.ims.v1.ArtifactVerification
+	158, // 127: byoc.ims.v1.ArtifactVerification.verify_time:type_name -> google.protobuf.Timestamp
+	123, // 128: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	124, // 129: byoc.ims.v1.InstallArtifact.verification:type_name -> byoc.ims.v1.ArtifactVerification
+	127, // 130: byoc.ims.v1.ListInstallArtifactsResponse.artifacts:type_name -> byoc.ims.v1.InstallArtifact
+	131, // 131: byoc.ims.v1.ListDebugCommandsResponse.commands:type_name -> byoc.ims.v1.DebugCommand
+	132, // 132: byoc.ims.v1.DebugCommand.args:type_name -> byoc.ims.v1.DebugArg
+	156, // 133: byoc.ims.v1.RunDebugCommandRequest.args:type_name -> byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
+	58,  // 134: byoc.ims.v1.RunDebugCommandResponse.job:type_name -> byoc.ims.v1.Job
+	157, // 135: byoc.ims.v1.RunDebugCommandResponse.args:type_name -> byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
+	158, // 136: byoc.ims.v1.SupportRecording.start_time:type_name -> google.protobuf.Timestamp
+	158, // 137: byoc.ims.v1.SupportRecording.end_time:type_name -> google.protobuf.Timestamp
+	135, // 138: byoc.ims.v1.ListSupportRecordingsResponse.recordings:type_name -> byoc.ims.v1.SupportRecording
+	135, // 139: byoc.ims.v1.GetSupportRecordingResponse.recording:type_name -> byoc.ims.v1.SupportRecording
+	141, // 140: byoc.ims.v1.SupportShellRequest.open:type_name -> byoc.ims.v1.SupportShellOpen
+	142, // 141: byoc.ims.v1.SupportShellRequest.resize:type_name -> byoc.ims.v1.TerminalSize
+	142, // 142: byoc.ims.v1.SupportShellOpen.size:type_name -> byoc.ims.v1.TerminalSize
+	144, // 143: byoc.ims.v1.SupportShellResponse.started:type_name -> byoc.ims.v1.SupportShellStarted
+	145, // 144: byoc.ims.v1.SupportShellResponse.ended:type_name -> byoc.ims.v1.SupportShellEnded
+	158, // 145: byoc.ims.v1.SupportShellStarted.grant_expire_time:type_name -> google.protobuf.Timestamp
+	161, // 146: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	4,   // 147: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	6,   // 148: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
+	8,   // 149: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	11,  // 150: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
+	13,  // 151: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
+	15,  // 152: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
+	18,  // 153: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	20,  // 154: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	22,  // 155: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	76,  // 156: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	79,  // 157: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	81,  // 158: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	31,  // 159: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	34,  // 160: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	36,  // 161: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	42,  // 162: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	38,  // 163: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
+	40,  // 164: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
+	46,  // 165: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	54,  // 166: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	56,  // 167: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
+	48,  // 168: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
+	49,  // 169: byoc.ims.v1.OperatorService.OfferAgentUpdate:input_type -> byoc.ims.v1.OfferAgentUpdateRequest
+	52,  // 170: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	164, // 171: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	165, // 172: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	166, // 173: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	167, // 174: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	168, // 175: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	169, // 176: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	170, // 177: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	171, // 178: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
+	172, // 179: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
+	173, // 180: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
+	174, // 181: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
+	175, // 182: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
+	176, // 183: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
+	177, // 184: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
+	178, // 185: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
+	179, // 186: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
+	61,  // 187: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	63,  // 188: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	65,  // 189: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	67,  // 190: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	70,  // 191: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	72,  // 192: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	89,  // 193: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	91,  // 194: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	93,  // 195: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	95,  // 196: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	180, // 197: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	181, // 198: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	129, // 199: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
+	133, // 200: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
+	182, // 201: byoc.ims.v1.OperatorService.GetTelemetry:input_type -> byoc.ims.v1.GetTelemetryRequest
+	140, // 202: byoc.ims.v1.OperatorService.SupportShell:input_type -> byoc.ims.v1.SupportShellRequest
+	136, // 203: byoc.ims.v1.OperatorService.ListSupportRecordings:input_type -> byoc.ims.v1.ListSupportRecordingsRequest
+	138, // 204: byoc.ims.v1.OperatorService.GetSupportRecording:input_type -> byoc.ims.v1.GetSupportRecordingRequest
+	183, // 205: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	184, // 206: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	97,  // 207: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	99,  // 208: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	102, // 209: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	185, // 210: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	105, // 211: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	107, // 212: byoc.ims.v1.OperatorService.CreateBundle:input_type -> byoc.ims.v1.CreateBundleRequest
+	109, // 213: byoc.ims.v1.OperatorService.SignBundle:input_type -> byoc.ims.v1.SignBundleRequest
+	111, // 214: byoc.ims.v1.OperatorService.ImportBundleResults:input_type -> byoc.ims.v1.ImportBundleResultsRequest
+	112, // 215: byoc.ims.v1.OperatorService.UploadBundleResults:input_type -> byoc.ims.v1.UploadBundleResultsRequest
+	116, // 216: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	118, // 217: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	120, // 218: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	122, // 219: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	126, // 220: byoc.ims.v1.OperatorService.ListInstallArtifacts:input_type -> byoc.ims.v1.ListInstallArtifactsRequest
+	5,   // 221: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	7,   // 222: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
+	9,   // 223: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	12,  // 224: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
+	14,  // 225: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
+	16,  // 226: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
+	19,  // 227: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	21,  // 228: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	23,  // 229: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	77,  // 230: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	80,  // 231: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	82,  // 232: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	32,  // 233: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	35,  // 234: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	37,  // 235: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	43,  // 236: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	39,  // 237: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
+	41,  // 238: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
+	47,  // 239: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	55,  // 240: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	57,  // 241: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	51,  // 242: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
+	50,  // 243: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
+	53,  // 244: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	186, // 245: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	187, // 246: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	188, // 247: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	189, // 248: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	190, // 249: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	191, // 250: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	192, // 251: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	193, // 252: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
+	194, // 253: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
+	195, // 254: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
+	196, // 255: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
+	197, // 256: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
+	198, // 257: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
+	199, // 258: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
+	200, // 259: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
+	201, // 260: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
+	62,  // 261: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	64,  // 262: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	66,  // 263: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	68,  // 264: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	71,  // 265: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	73,  // 266: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	90,  // 267: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	92,  // 268: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	94,  // 269: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	96,  // 270: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	202, // 271: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	203, // 272: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	130, // 273: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
+	134, // 274: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
+	204, // 275: byoc.ims.v1.OperatorService.GetTelemetry:output_type -> byoc.ims.v1.GetTelemetryResponse
+	143, // 276: byoc.ims.v1.OperatorService.SupportShell:output_type -> byoc.ims.v1.SupportShellResponse
+	137, // 277: byoc.ims.v1.OperatorService.ListSupportRecordings:output_type -> byoc.ims.v1.ListSupportRecordingsResponse
+	139, // 278: byoc.ims.v1.OperatorService.GetSupportRecording:output_type -> byoc.ims.v1.GetSupportRecordingResponse
+	205, // 279: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	206, // 280: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	98,  // 281: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	100, // 282: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	103, // 283: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	207, // 284: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	106, // 285: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	108, // 286: byoc.ims.v1.OperatorService.CreateBundle:output_type -> byoc.ims.v1.CreateBundleResponse
+	110, // 287: byoc.ims.v1.OperatorService.SignBundle:output_type -> byoc.ims.v1.SignBundleResponse
+	114, // 288: byoc.ims.v1.OperatorService.ImportBundleResults:output_type -> byoc.ims.v1.ImportBundleResultsResponse
+	113, // 289: byoc.ims.v1.OperatorService.UploadBundleResults:output_type -> byoc.ims.v1.UploadBundleResultsResponse
+	117, // 290: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	119, // 291: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	121, // 292: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	125, // 293: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	128, // 294: byoc.ims.v1.OperatorService.ListInstallArtifacts:output_type -> byoc.ims.v1.ListInstallArtifactsResponse
+	221, // [221:295] is the sub-list for method output_type
+	147, // [147:221] is the sub-list for method input_type
+	147, // [147:147] is the sub-list for extension type_name
+	147, // [147:147] is the sub-list for extension extendee
+	0,   // [0:147] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
