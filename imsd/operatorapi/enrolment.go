@@ -72,6 +72,12 @@ func (s *Service) OfferAgentUpdate(ctx context.Context, req *connect.Request[ims
 	if req.Msg.Install == "" {
 		return nil, s.err(ctx, errs.Field("install", "is required"))
 	}
+	if req.Msg.Withdraw {
+		return s.withdrawAgentUpdate(ctx, req.Msg)
+	}
+	if req.Msg.OfferId != "" || req.Msg.Reason != "" {
+		return nil, s.err(ctx, errs.Field("offer_id", "and reason go with withdraw only"))
+	}
 	if !releaseRef.MatchString(req.Msg.Release) {
 		return nil, s.err(ctx, errs.Field("release", "%q is not an agent release: want oci://HOST/REPOSITORY@sha256:<64 hex digits> (byoc agent publish prints it)", req.Msg.Release))
 	}
@@ -88,4 +94,32 @@ func (s *Service) OfferAgentUpdate(ctx context.Context, req *connect.Request[ims
 	s.hub.FleetChanged()
 	s.log.InfoContext(ctx, "agent update offered", "install", in.Name, "release", o.Release, "offer", o.ID, "by", callerFrom(ctx).Name)
 	return connect.NewResponse(&imsv1.OfferAgentUpdateResponse{AgentIds: ids, OfferId: o.ID}), nil
+}
+
+// withdrawAgentUpdate takes back the offer standing for an install's
+// agents (OfferAgentUpdateRequest.withdraw): their streams send the
+// signed withdrawal (agentapi/update.go).
+func (s *Service) withdrawAgentUpdate(ctx context.Context, m *imsv1.OfferAgentUpdateRequest) (*connect.Response[imsv1.OfferAgentUpdateResponse], error) {
+	if m.Release != "" {
+		return nil, s.err(ctx, errs.Field("release", "is not taken with withdraw"))
+	}
+	if len(m.OfferId) > 64 {
+		return nil, s.err(ctx, errs.Field("offer_id", "is longer than 64 bytes"))
+	}
+	if len(m.Reason) > 1024 {
+		return nil, s.err(ctx, errs.Field("reason", "is longer than 1024 bytes"))
+	}
+	in, err := s.store.GetInstall(ctx, m.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	by := callerFrom(ctx).Name
+	id, ids, err := s.store.WithdrawAgentUpdate(ctx, in.ID, m.OfferId, by, m.Reason, s.now())
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.hub.OfferChanged()
+	s.hub.FleetChanged()
+	s.log.InfoContext(ctx, "agent update offer withdrawn", "install", in.Name, "offer", id, "by", by, "reason", m.Reason)
+	return connect.NewResponse(&imsv1.OfferAgentUpdateResponse{AgentIds: ids, OfferId: id}), nil
 }

@@ -47,14 +47,21 @@ func (a *app) agentRevokeCommand() *cobra.Command {
 }
 
 func (a *app) agentUpdateCommand() *cobra.Command {
-	var release, selector string
+	var release, selector, offerID, reason string
+	var withdraw bool
 	cmd := &cobra.Command{
-		Use:   "update (INSTALL | -l SELECTOR) --release oci://HOST/REPOSITORY@sha256:...",
-		Short: "Offer an agent release to an install's agent; it applies it only as its customer's update policy allows",
+		Use:   "update (INSTALL | -l SELECTOR) (--release oci://HOST/REPOSITORY@sha256:... | --withdraw [--offer ID] [--reason TEXT])",
+		Short: "Offer an agent release to an install's agent (it applies it only as its customer's update policy allows), or withdraw the offer",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (len(args) == 1) == (selector != "") {
 				return &usageError{"byoc agent update: give an INSTALL or -l SELECTOR (not both)"}
+			}
+			if withdraw == (release != "") {
+				return &usageError{"byoc agent update: give --release or --withdraw (one of them)"}
+			}
+			if !withdraw && (offerID != "" || reason != "") {
+				return &usageError{"byoc agent update: --offer and --reason go with --withdraw"}
 			}
 			c, err := a.connect()
 			if err != nil {
@@ -78,25 +85,34 @@ func (a *app) agentUpdateCommand() *cobra.Command {
 			}
 			var out []*imsv1.OfferAgentUpdateResponse
 			for _, in := range installs {
-				res, err := c.OfferAgentUpdate(cmd.Context(), connect.NewRequest(&imsv1.OfferAgentUpdateRequest{Install: in, Release: release}))
+				res, err := c.OfferAgentUpdate(cmd.Context(), connect.NewRequest(&imsv1.OfferAgentUpdateRequest{Install: in, Release: release,
+					Withdraw: withdraw, OfferId: offerID, Reason: reason}))
 				if err != nil {
-					return fmt.Errorf("install %s: %w", in, withFlags(c.wrap(err), fieldFlag{"release", "--release"}))
+					return fmt.Errorf("install %s: %w", in, withFlags(c.wrap(err), fieldFlag{"release", "--release"}, fieldFlag{"offer_id", "--offer"}, fieldFlag{"reason", "--reason"}))
 				}
 				out = append(out, res.Msg)
-				if !a.jsonOutput() {
+				if withdraw && !a.jsonOutput() {
+					fmt.Fprintf(a.stdout, "Withdrew offer %s from agent %s of install %s.\n", res.Msg.GetOfferId(), strings.Join(res.Msg.GetAgentIds(), ", "), in)
+				} else if !a.jsonOutput() {
 					fmt.Fprintf(a.stdout, "Offered %s to agent %s of install %s (offer %s).\n", release, strings.Join(res.Msg.GetAgentIds(), ", "), in, res.Msg.GetOfferId())
 				}
 			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, out)
 			}
+			if withdraw {
+				fmt.Fprintln(a.stdout, "An agent that has not applied it drops it when it hears of the withdrawal (a deferred one is never applied); one that applied it already keeps the new version: offer the previous release to go back. See byoc install get INSTALL")
+				return nil
+			}
 			fmt.Fprintln(a.stdout, "Each agent applies it only if its customer's update policy allows (agentd update policy --allow, in its window), and reports what it did: byoc install get INSTALL")
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&release, "release", "", "the agent release, oci://HOST/REPOSITORY@sha256:... (byoc agent publish prints it)")
+	cmd.Flags().BoolVar(&withdraw, "withdraw", false, "take back the offer standing for the install's agents (not an agent rollout's: cancel the rollout); an applied update is not undone")
+	cmd.Flags().StringVar(&offerID, "offer", "", "with --withdraw: only this offer (uo_...)")
+	cmd.Flags().StringVar(&reason, "reason", "", "with --withdraw: why, for the audit trail")
 	selectorFlag(cmd, &selector, "installs")
-	_ = cmd.MarkFlagRequired("release")
 	return cmd
 }
 

@@ -83,7 +83,8 @@ var examples = map[string]string{
 	"byoc agent rollout cancel":  `  byoc agent rollout cancel rel_0123 --reason "bad build"`,
 	"byoc agent rollout retry":   `  byoc agent rollout retry rel_0123 --reason "registry back"`,
 	"byoc agent update": `  byoc agent update shop-acme --release oci://registry.example.com/byoc/agent@sha256:4f1c...
-  byoc agent update -l tier=canary --release oci://registry.example.com/byoc/agent@sha256:4f1c...`,
+  byoc agent update -l tier=canary --release oci://registry.example.com/byoc/agent@sha256:4f1c...
+  byoc agent update shop-acme --withdraw --reason "crashes on arm64"`,
 	"byoc agent revoke": `  byoc agent revoke shop-acme --reason "agent host compromised"`,
 	"byoc install get": `  byoc install get shop-acme
   byoc install get shop-acme -o go-template='{{.agent.connected}}'`,

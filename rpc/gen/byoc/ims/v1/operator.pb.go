@@ -3306,7 +3306,15 @@ type OfferAgentUpdateRequest struct {
 	// install is the install id or name.
 	Install string `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
 	// release is the agent release, oci://HOST/REPOSITORY@sha256:...
-	Release       string `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	// (empty with withdraw).
+	Release string `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	// withdraw takes back the offer standing for the install's agents
+	// instead (offer_id, or whichever stands; not an agent rollout's:
+	// cancel the rollout), for reason: each agent that has not applied it
+	// drops it, a deferred one included. An applied update is not undone.
+	Withdraw      bool   `protobuf:"varint,3,opt,name=withdraw,proto3" json:"withdraw,omitempty"`
+	OfferId       string `protobuf:"bytes,4,opt,name=offer_id,json=offerId,proto3" json:"offer_id,omitempty"`
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3355,9 +3363,31 @@ func (x *OfferAgentUpdateRequest) GetRelease() string {
 	return ""
 }
 
+func (x *OfferAgentUpdateRequest) GetWithdraw() bool {
+	if x != nil {
+		return x.Withdraw
+	}
+	return false
+}
+
+func (x *OfferAgentUpdateRequest) GetOfferId() string {
+	if x != nil {
+		return x.OfferId
+	}
+	return ""
+}
+
+func (x *OfferAgentUpdateRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type OfferAgentUpdateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// agent_ids are the agents the offer was recorded for; offer_id names it.
+	// agent_ids are the agents the offer was recorded (or withdrawn) for;
+	// offer_id names it.
 	AgentIds      []string `protobuf:"bytes,1,rep,name=agent_ids,json=agentIds,proto3" json:"agent_ids,omitempty"`
 	OfferId       string   `protobuf:"bytes,2,opt,name=offer_id,json=offerId,proto3" json:"offer_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -10288,10 +10318,13 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x12RevokeAgentRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"M\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x9c\x01\n" +
 	"\x17OfferAgentUpdateRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x18\n" +
-	"\arelease\x18\x02 \x01(\tR\arelease\"R\n" +
+	"\arelease\x18\x02 \x01(\tR\arelease\x12\x1a\n" +
+	"\bwithdraw\x18\x03 \x01(\bR\bwithdraw\x12\x19\n" +
+	"\boffer_id\x18\x04 \x01(\tR\aofferId\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"R\n" +
 	"\x18OfferAgentUpdateResponse\x12\x1b\n" +
 	"\tagent_ids\x18\x01 \x03(\tR\bagentIds\x12\x19\n" +
 	"\boffer_id\x18\x02 \x01(\tR\aofferId\"2\n" +
