@@ -24,7 +24,7 @@ func (a *app) agentRolloutCommand() *cobra.Command {
 		a.releaseChangeCommand("approve", "Start the wave an agent rollout awaits approval for"),
 		a.releaseChangeCommand("pause", "Stop an agent rollout from offering the release to more installs"),
 		a.releaseChangeCommand("resume", "Run a paused or halted agent rollout again (a halted one's failures are accepted)"),
-		a.releaseChangeCommand("cancel", "Cancel an agent rollout: installs not offered the release never are"),
+		a.releaseChangeCommand("cancel", "Cancel an agent rollout: installs not offered the release never are; offers no agent took are withdrawn (an applied update is not undone)"),
 		a.releaseChangeCommand("retry", "Offer the release again to an agent rollout's failed installs, and run it again"),
 	)
 }

@@ -473,6 +473,9 @@ func (a *app) releaseChangeCommand(verb, short string) *cobra.Command {
 				return writeJSON(a.stdout, r)
 			}
 			fmt.Fprintf(a.stdout, "Release %s: %s (%s).\n", id, releaseStateName(r.GetState()), releaseProgress(r.GetCounts()))
+			if verb == "cancel" && r.GetKind() == "agent" {
+				fmt.Fprintln(a.stdout, "Offers no agent took are withdrawn: an agent drops one when it hears of it (a deferred one is never applied). An install whose agent applied the release keeps it (not rolled back): roll the previous release out to go back.")
+			}
 			return nil
 		},
 	}
