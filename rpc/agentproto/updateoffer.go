@@ -39,18 +39,25 @@ func SignUpdateOffer(key ed25519.PrivateKey, c *UpdateOfferClaims) []byte {
 // key must be one the agent trusts, the signature match and not have
 // expired at now.
 func VerifyUpdateOffer(keys map[string]ed25519.PublicKey, c *UpdateOfferClaims, sig []byte, now time.Time) error {
+	return verifyUpdateSigned("update offer", "the offer (tampered with, or not signed by imsd)", keys, c.KeyID, c.Message(), sig, c.Expires, now)
+}
+
+// verifyUpdateSigned is VerifyUpdateOffer's and VerifyUpdateWithdrawal's
+// check of msg's signature: what names the message in errors, mismatch
+// ends the error of a signature that does not match.
+func verifyUpdateSigned(what, mismatch string, keys map[string]ed25519.PublicKey, keyID string, msg, sig []byte, expires, now time.Time) error {
 	if len(sig) == 0 {
-		return fmt.Errorf("update offer: %w", ErrUnsigned)
+		return fmt.Errorf("%s: %w", what, ErrUnsigned)
 	}
-	pub, ok := keys[c.KeyID]
+	pub, ok := keys[keyID]
 	if !ok || len(pub) != ed25519.PublicKeySize {
-		return fmt.Errorf("update offer: %w %q", ErrUnknownKey, c.KeyID)
+		return fmt.Errorf("%s: %w %q", what, ErrUnknownKey, keyID)
 	}
-	if !ed25519.Verify(pub, c.Message(), sig) {
-		return fmt.Errorf("update offer: the signature does not match the offer (tampered with, or not signed by imsd)")
+	if !ed25519.Verify(pub, msg, sig) {
+		return fmt.Errorf("%s: the signature does not match %s", what, mismatch)
 	}
-	if now.UnixMilli() > c.Expires.UnixMilli() {
-		return fmt.Errorf("update offer: %w: it expired at %s", ErrExpired, c.Expires.UTC().Format(time.RFC3339))
+	if now.UnixMilli() > expires.UnixMilli() {
+		return fmt.Errorf("%s: %w: it expired at %s", what, ErrExpired, expires.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

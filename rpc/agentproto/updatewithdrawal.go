@@ -3,7 +3,6 @@ package agentproto
 import (
 	"crypto/ed25519"
 	"encoding/binary"
-	"fmt"
 	"time"
 )
 
@@ -39,18 +38,5 @@ func SignUpdateWithdrawal(key ed25519.PrivateKey, c *UpdateWithdrawalClaims) []b
 // offer's: a key the agent trusts, a matching signature, not expired at
 // now.
 func VerifyUpdateWithdrawal(keys map[string]ed25519.PublicKey, c *UpdateWithdrawalClaims, sig []byte, now time.Time) error {
-	if len(sig) == 0 {
-		return fmt.Errorf("update withdrawal: %w", ErrUnsigned)
-	}
-	pub, ok := keys[c.KeyID]
-	if !ok || len(pub) != ed25519.PublicKeySize {
-		return fmt.Errorf("update withdrawal: %w %q", ErrUnknownKey, c.KeyID)
-	}
-	if !ed25519.Verify(pub, c.Message(), sig) {
-		return fmt.Errorf("update withdrawal: the signature does not match the withdrawal (tampered with, for another offer or agent, or not signed by imsd)")
-	}
-	if now.UnixMilli() > c.Expires.UnixMilli() {
-		return fmt.Errorf("update withdrawal: %w: it expired at %s", ErrExpired, c.Expires.UTC().Format(time.RFC3339))
-	}
-	return nil
+	return verifyUpdateSigned("update withdrawal", "the withdrawal (tampered with, for another offer or agent, or not signed by imsd)", keys, c.KeyID, c.Message(), sig, c.Expires, now)
 }
