@@ -769,24 +769,25 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	// policy allows (update_offer.go), in this process's context.
 	// One the customer's update window deferred is applied when the
 	// window opens (runDeferredOffers), after a restart too, unless imsd
-	// withdrew it meanwhile (withdrawOffer).
+	// withdrew it meanwhile (withdrawOffer); one that asked for it, only
+	// once imsd confirms it then (UpdateOffer.confirm).
 	var a *agent.Agent
-	var onOffer func(context.Context, string, string)
+	var onOffer func(context.Context, string, string, bool)
 	var onWithdrawal func(context.Context, string)
 	startDeferred := func() {}
 	if stateDir != "" {
 		var offerMu sync.Mutex
 		wake := make(chan struct{}, 1)
-		apply := func(_ context.Context, offerID, release string) {
+		onOffer = func(_ context.Context, offerID, release string, confirm bool) {
 			offerMu.Lock()
 			defer offerMu.Unlock()
-			applyOffer(ctx, stateDir, offerID, release, a.Note, log)
+			applyOffer(ctx, stateDir, offerID, release, confirm, a.Note, log)
 			select {
 			case wake <- struct{}{}:
 			default:
 			}
 		}
-		onOffer = apply
+		apply := func(ctx context.Context, offerID, release string) { onOffer(ctx, offerID, release, false) }
 		onWithdrawal = func(_ context.Context, offerID string) {
 			offerMu.Lock()
 			defer offerMu.Unlock()
@@ -796,7 +797,7 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 			default:
 			}
 		}
-		startDeferred = func() { go runDeferredOffers(ctx, stateDir, wake, time.Now, apply, log) }
+		startDeferred = func() { go runDeferredOffers(ctx, stateDir, wake, time.Now, apply, a.ReportNow, log) }
 	}
 	a, err = agent.New(ctx, agent.Config{
 		IMSURL:             ims,

@@ -157,12 +157,16 @@ type lastUpdate struct {
 	Version string    `json:"version,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
 	At      time.Time `json:"at"`
+	// Confirm, for a deferred offer, is that it applies when the window
+	// opens only once imsd confirms it still stands (UpdateOffer.confirm).
+	Confirm bool `json:"confirm,omitempty"`
 }
 
 // saveLastUpdate records the decision note n as the latest.
 func saveLastUpdate(dir string, n updateNote) error {
 	l := lastUpdate{Kind: strings.TrimPrefix(n.Kind, "agent_update_"), Release: n.Subject, OfferID: n.Data["offer"],
-		Version: cmpOr(n.Data["to"], n.Data["version"]), Reason: n.Data["reason"], Cause: n.Data["cause"], At: time.Now().UTC()}
+		Version: cmpOr(n.Data["to"], n.Data["version"]), Reason: n.Data["reason"], Cause: n.Data["cause"], At: time.Now().UTC(),
+		Confirm: n.Data["confirm"] == confirmByIMSD}
 	b, err := json.Marshal(l)
 	if err != nil {
 		return err
@@ -459,6 +463,9 @@ type updater struct {
 	// offerID is the imsd offer being applied ("" for agentd update
 	// apply); by who decided ("" for the local user).
 	offerID, by string
+	// confirm is the offer's UpdateOffer.confirm: deferred, it applies
+	// only once imsd confirms it.
+	confirm bool
 	// refusedVersion is the release's version once read, for a refusal.
 	refusedVersion string
 }
@@ -504,14 +511,23 @@ func (e deferredError) Error() string {
 	return "deferred to the update window's next opening, " + e.at.UTC().Format(time.RFC3339)
 }
 
+// confirmByIMSD is a deferred offer's note's "confirm": the offer
+// applies once imsd, asked when the window opens, confirms it stands.
+const confirmByIMSD = "imsd"
+
 // deferTo records offer u.offerID of release ref (version) as deferred
 // to next, when the customer's window opens.
 func (u *updater) deferTo(ref, version, window string, next time.Time) error {
 	err := deferredError{at: next}
 	reason := fmt.Sprintf("the update window %s is closed; the agent applies %s when it next opens, %s", window, version, next.UTC().Format(time.RFC3339))
-	if nerr := addUpdateNote(u.stateDir, updateNote{Kind: "agent_update_deferred", Subject: ref,
-		Data: map[string]string{"reason": reason, "cause": "window", "by": u.who(), "offer": u.offerID, "version": version,
-			"applies_at": next.UTC().Format(time.RFC3339)}}); nerr != nil {
+	data := map[string]string{"cause": "window", "by": u.who(), "offer": u.offerID, "version": version,
+		"applies_at": next.UTC().Format(time.RFC3339)}
+	if u.confirm {
+		reason += ", once imsd confirms the offer still stands"
+		data["confirm"] = confirmByIMSD
+	}
+	data["reason"] = reason
+	if nerr := addUpdateNote(u.stateDir, updateNote{Kind: "agent_update_deferred", Subject: ref, Data: data}); nerr != nil {
 		return fmt.Errorf("%w (and recording it failed: %v)", err, nerr)
 	}
 	return err

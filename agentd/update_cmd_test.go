@@ -196,7 +196,7 @@ func TestAgentUpdate(t *testing.T) {
 		runDeferredOffers(dctx, state, make(chan struct{}), clock, func(_ context.Context, offerID, ref string) {
 			now = de.at // the timer fired: the window is open
 			applied <- offer(offerID, ref)
-		}, slog.New(slog.DiscardHandler))
+		}, func() {}, slog.New(slog.DiscardHandler))
 	}()
 	select {
 	case err := <-applied:

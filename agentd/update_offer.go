@@ -27,10 +27,18 @@ const offerConfirmWithin = 2 * time.Minute
 
 // applyOffer applies the offered release (or refuses it, or defers it to
 // the customer's update window), writes the decision to the journal at
-// once (note) and leaves it for the report.
-func applyOffer(ctx context.Context, stateDir, offerID, release string, note func(kind, subject string, data map[string]string), log *slog.Logger) {
+// once (note) and leaves it for the report. An offer decided already
+// (imsd sent it again before the report reached it) is left as decided;
+// a deferred one is decided again (imsd's confirmation, once the window
+// opened, applies it). confirm is the offer's UpdateOffer.confirm.
+func applyOffer(ctx context.Context, stateDir, offerID, release string, confirm bool, note func(kind, subject string, data map[string]string), log *slog.Logger) {
+	if l := loadLastUpdate(stateDir); l != nil && l.OfferID == offerID && l.Kind != "deferred" {
+		log.Debug("agent update offer decided already", "offer", offerID, "decision", l.Kind)
+		return
+	}
 	u := &updater{stateDir: stateDir, registry: os.Getenv("BYOC_INSTALL_REGISTRY"), auto: true, confirmWithin: offerConfirmWithin,
-		platform: runtime.GOOS + "/" + runtime.GOARCH, now: time.Now, stdout: io.Discard, offerID: offerID, by: "imsd offer " + offerID}
+		platform: runtime.GOOS + "/" + runtime.GOARCH, now: time.Now, stdout: io.Discard, offerID: offerID, by: "imsd offer " + offerID,
+		confirm: confirm}
 	err := u.apply(ctx, release)
 	var deferred deferredError
 	switch {
@@ -104,23 +112,51 @@ func withdrawOffer(stateDir, offerID string, note func(kind, subject string, dat
 	}
 }
 
+// confirmRecheck is how often an agent whose deferred offer awaits
+// imsd's confirmation looks at its window again (and asks again).
+const confirmRecheck = time.Minute
+
 // runDeferredOffers applies the offer the customer's update window
 // deferred (the latest decision, deferred: it survives a restart) when
 // the window next opens, as the policy then says, and again after each
-// offer this agent takes (wake). It returns when ctx ends.
+// offer this agent takes (wake). An offer that asked for imsd's
+// confirmation (lastUpdate.Confirm) is not applied here: once the window
+// is open the report asks imsd (updateReport's confirm_offer_id, sent at
+// once through ask), and the offer imsd sends in answer applies it (a
+// withdrawal drops it); cut off from imsd, the agent waits, and a window
+// that closes meanwhile defers it to its next opening. It returns when
+// ctx ends.
 func runDeferredOffers(ctx context.Context, stateDir string, wake <-chan struct{}, now func() time.Time,
-	apply func(ctx context.Context, offerID, release string), log *slog.Logger) {
+	apply func(ctx context.Context, offerID, release string), ask func(), log *slog.Logger) {
+	asked := ""
 	for {
 		var timer <-chan time.Time
 		l := loadLastUpdate(stateDir)
 		if l != nil && l.Kind == "deferred" && l.OfferID != "" {
-			at := now()
+			at, shut := now(), false
 			if st, err := permissions.Load(stateDir); err == nil {
-				if shut, next := st.Update.WindowShut(at); shut && !next.IsZero() {
+				var next time.Time
+				if shut, next = st.Update.WindowShut(at); shut && !next.IsZero() {
 					at = next
 				}
 			}
-			log.Info("a deferred agent update applies when the update window opens", "offer", l.OfferID, "release", l.Release, "at", at.UTC())
+			switch {
+			case l.Confirm && !shut:
+				if asked != l.OfferID {
+					log.Info("the update window is open: asking imsd to confirm the deferred agent update", "offer", l.OfferID, "release", l.Release)
+					asked = l.OfferID
+				}
+				ask()
+				at = now().Add(confirmRecheck)
+			case l.Confirm && !at.After(now()):
+				// A window that never opens: look again later (the
+				// customer may change it).
+				at = now().Add(confirmRecheck)
+			default:
+				log.Info("a deferred agent update applies when the update window opens", "offer", l.OfferID, "release", l.Release,
+					"at", at.UTC(), "once_imsd_confirms", l.Confirm)
+				asked = ""
+			}
 			t := time.NewTimer(at.Sub(now()))
 			timer = t.C
 			select {
@@ -132,7 +168,9 @@ func runDeferredOffers(ctx context.Context, stateDir string, wake <-chan struct{
 				continue
 			case <-timer:
 			}
-			apply(ctx, l.OfferID, l.Release)
+			if !l.Confirm {
+				apply(ctx, l.OfferID, l.Release)
+			}
 			continue
 		}
 		select {
@@ -159,6 +197,20 @@ func updateReport(stateDir string) *agentv1.UpdateReport {
 	if l := loadLastUpdate(stateDir); l != nil {
 		r.Last = &agentv1.UpdateDecision{Kind: l.Kind, Release: l.Release, OfferId: l.OfferID, Version: l.Version, Reason: l.Reason,
 			Time: timestamppb.New(l.At), Cause: l.Cause}
+		if l.Kind == "deferred" && l.Confirm && l.OfferID != "" && windowOpen(stateDir, time.Now()) {
+			r.ConfirmOfferId = l.OfferID
+		}
 	}
 	return r
+}
+
+// windowOpen reports whether the customer's update window is open at t
+// (false when the permission state cannot be read).
+func windowOpen(stateDir string, t time.Time) bool {
+	st, err := permissions.Load(stateDir)
+	if err != nil {
+		return false
+	}
+	shut, _ := st.Update.WindowShut(t)
+	return !shut
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -30,7 +31,7 @@ func TestUpdateReportAndOffer(t *testing.T) {
 	}
 	var noted []string
 	note := func(kind, subject string, data map[string]string) { noted = append(noted, kind+" "+data["offer"]) }
-	applyOffer(t.Context(), state, "uo_1", "oci://r.example/byoc/agent@sha256:"+strings.Repeat("0", 64), note, slog.New(slog.DiscardHandler))
+	applyOffer(t.Context(), state, "uo_1", "oci://r.example/byoc/agent@sha256:"+strings.Repeat("0", 64), false, note, slog.New(slog.DiscardHandler))
 	r := updateReport(state)
 	if r.Mode != "allow" || r.Allow != ">=1.4 <2" || r.Window != "Sun 03:00-05:00 UTC" {
 		t.Fatalf("policy report: %v", r)
@@ -83,7 +84,7 @@ func TestUpdateWithdrawalDropsADeferredOffer(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runDeferredOffers(ctx, state, make(chan struct{}), time.Now, func(_ context.Context, offerID, _ string) { applied <- offerID }, log)
+		runDeferredOffers(ctx, state, make(chan struct{}), time.Now, func(_ context.Context, offerID, _ string) { applied <- offerID }, func() {}, log)
 	}()
 	select {
 	case id := <-applied:
@@ -113,4 +114,135 @@ func TestUpdateWithdrawalDropsADeferredOffer(t *testing.T) {
 	if l := loadLastUpdate(state); len(noted) != 0 || l.Kind != "applied" || l.OfferID != "uo_2" {
 		t.Fatalf("an applied offer withdrawn: %v, last %+v", noted, l)
 	}
+}
+
+// An offer that asked for imsd's confirmation (UpdateOffer.confirm) and
+// that the window deferred is never applied by the agent's own timer:
+// once the window is open the report names it (confirm_offer_id) and the
+// agent asks at once; only the offer imsd sends in answer applies it. A
+// shut window asks nothing. An older imsd's offer (no confirm) applies
+// at the window's opening as before. An offer decided already is left
+// as decided when imsd sends it again.
+func TestDeferredOfferWaitsForIMSDConfirmation(t *testing.T) {
+	state := t.TempDir()
+	var out bytes.Buffer
+	policy := func(args ...string) {
+		t.Helper()
+		out.Reset()
+		if code := updateCmd(t.Context(), append([]string{"--state-dir", state, "policy", "--allow", ">=1.4 <2"}, args...), &out, &out, time.Now); code != 0 {
+			t.Fatalf("policy: %s", out.String())
+		}
+	}
+	const ref = "oci://r.example/byoc/agent@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	log := slog.New(slog.DiscardHandler)
+	// The deferral itself: the journal says it waits for imsd.
+	u := &updater{stateDir: state, auto: true, now: time.Now, stdout: io.Discard, offerID: "uo_1", by: "imsd offer uo_1", confirm: true}
+	next := time.Now().Add(time.Hour)
+	if err := u.deferTo(ref, "1.5.0", "daily 03:00-04:00 UTC", next); !errors.As(err, new(deferredError)) {
+		t.Fatalf("defer: %v", err)
+	}
+	ns, err := takeUpdateNotes(state)
+	if err != nil || len(ns) != 1 || ns[0].Data["confirm"] != "imsd" || !strings.Contains(ns[0].Data["reason"], "once imsd confirms the offer still stands") {
+		t.Fatalf("deferred note: %+v %v", ns, err)
+	}
+	if l := loadLastUpdate(state); l == nil || l.Kind != "deferred" || !l.Confirm || l.OfferID != "uo_1" {
+		t.Fatalf("last: %+v", l)
+	}
+
+	run := func() (applied chan string, asked chan struct{}, stop func()) {
+		applied, asked = make(chan string, 4), make(chan struct{}, 4)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			// Not blocking: a deferred offer this stand-in leaves deferred
+			// is applied again at once.
+			runDeferredOffers(ctx, state, make(chan struct{}), time.Now, func(_ context.Context, offerID, _ string) {
+				select {
+				case applied <- offerID:
+				default:
+				}
+			}, func() {
+				select {
+				case asked <- struct{}{}:
+				default:
+				}
+			}, log)
+		}()
+		return applied, asked, func() { cancel(); <-done }
+	}
+
+	// A window shut now: nothing asked, nothing reported, nothing applied.
+	h := time.Now().UTC().Add(3 * time.Hour).Hour()
+	policy("--window", fmt.Sprintf("daily %02d:00-%02d:30 UTC", h, h))
+	if r := updateReport(state); r.ConfirmOfferId != "" {
+		t.Fatalf("window shut, confirmation asked: %v", r)
+	}
+	applied, asked, stop := run()
+	select {
+	case <-asked:
+		t.Fatal("asked imsd with the window shut")
+	case id := <-applied:
+		t.Fatalf("applied %s with the window shut", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	stop()
+
+	// The window open: the report asks, the agent asks at once, and
+	// applies nothing itself.
+	policy("--no-window")
+	if r := updateReport(state); r.ConfirmOfferId != "uo_1" {
+		t.Fatalf("window open, confirmation not asked: %v", r)
+	}
+	applied, asked, stop = run()
+	select {
+	case <-asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the window is open and the agent did not ask imsd")
+	}
+	select {
+	case id := <-applied:
+		t.Fatalf("applied %s without imsd's confirmation", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	stop()
+
+	// imsd's answer goes through applyOffer (here the identity is
+	// missing, so it fails; the point is that it is decided again).
+	var noted []string
+	note := func(kind, subject string, data map[string]string) { noted = append(noted, kind+" "+data["offer"]) }
+	applyOffer(t.Context(), state, "uo_1", ref, true, note, log)
+	if strings.Join(noted, ",") != "agent_update_failed uo_1" {
+		t.Fatalf("the confirmed offer was not decided again: %v", noted)
+	}
+	if r := updateReport(state); r.ConfirmOfferId != "" {
+		t.Fatalf("still asking after the decision: %v", r)
+	}
+	// Sent again before the report reached imsd: left as decided, not
+	// tried again.
+	noted = nil
+	var logged bytes.Buffer
+	applyOffer(t.Context(), state, "uo_1", ref, true, note, slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if len(noted) != 0 || !strings.Contains(logged.String(), "decided already") {
+		t.Fatalf("a decided offer decided twice: %v; log %s", noted, logged.String())
+	}
+
+	// An older imsd's offer (no confirm): applied at the window's opening.
+	if err := addUpdateNote(state, updateNote{Kind: "agent_update_deferred", Subject: ref,
+		Data: map[string]string{"reason": "closed", "cause": "window", "offer": "uo_2", "version": "1.5.0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := updateReport(state); r.ConfirmOfferId != "" {
+		t.Fatalf("an offer that asked for no confirmation reported: %v", r)
+	}
+	applied, _, stop = run()
+	select {
+	case id := <-applied:
+		if id != "uo_2" {
+			t.Fatalf("applied %s", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an older imsd's deferred offer was not applied when the window opened")
+	}
+	stop()
 }

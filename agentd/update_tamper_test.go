@@ -225,7 +225,7 @@ func TestAgentUpdateDeferredThenManual(t *testing.T) {
 		runDeferredOffers(ctx, r.state, make(chan struct{}), func() time.Time { return r.now }, func(_ context.Context, offerID, release string) {
 			r.now = de.at
 			applied <- r.apply(release, "1.4.0", offerID, "", true)
-		}, slog.New(slog.DiscardHandler))
+		}, func() {}, slog.New(slog.DiscardHandler))
 	}()
 	var err error
 	select {

@@ -166,10 +166,12 @@ type Config struct {
 	// agent's latest update decision, for the hello and every heartbeat.
 	UpdateReport func() *agentv1.UpdateReport
 	// OnUpdateOffer, if set, is given each agent release imsd offers
-	// whose signature verifies (once per offer and process), in its own
-	// goroutine: it applies it as the customer's policy allows, and
-	// records the decision that the next report carries.
-	OnUpdateOffer func(ctx context.Context, offerID, release string)
+	// whose signature verifies (once per offer and process, and again
+	// each time imsd sends it while the report asks imsd to confirm it:
+	// UpdateReport.confirm_offer_id), in its own goroutine: it applies it
+	// as the customer's policy allows, and records the decision that the
+	// next report carries. confirm is the offer's UpdateOffer.confirm.
+	OnUpdateOffer func(ctx context.Context, offerID, release string, confirm bool)
 	// OnUpdateWithdrawal, if set, is given each offer imsd withdraws
 	// whose signed withdrawal verifies for this agent (once per offer and
 	// process), in its own goroutine: it drops the offer unless it was

@@ -44,10 +44,18 @@ func (a *Agent) pluginReport() *agentv1.PluginReport {
 // updateOffer checks an agent release imsd offers (signed for this agent
 // by a key it trusts) and hands it to Config.OnUpdateOffer, once per
 // offer. imsd sends an offer again until the agent's report answers it.
-// The decision is the customer's policy's, on this side.
+// An offer the customer's window deferred is handed on again when imsd
+// sends it in answer to the report's confirm_offer_id: imsd's word that
+// it still stands, which the deferred offer waits for once the window
+// is open. The decision is the customer's policy's, on this side.
 func (a *Agent) updateOffer(ctx context.Context, o *agentv1.UpdateOffer) {
-	if a.cfg.OnUpdateOffer == nil || a.offers[o.OfferId] {
+	if a.cfg.OnUpdateOffer == nil {
 		return
+	}
+	if a.offers[o.OfferId] {
+		if r := a.updateReport(); r == nil || r.ConfirmOfferId != o.OfferId {
+			return
+		}
 	}
 	c := agentproto.UpdateOfferClaims{KeyID: o.KeyId, InstallID: a.id.InstallID, AgentID: a.id.AgentID, OfferID: o.OfferId,
 		Release: o.Release, Expires: time.UnixMilli(o.ExpireUnixMs)}
@@ -59,9 +67,14 @@ func (a *Agent) updateOffer(ctx context.Context, o *agentv1.UpdateOffer) {
 		a.offers = map[string]bool{}
 	}
 	a.offers[o.OfferId] = true
-	a.log.Info("imsd offers an agent release", "offer", o.OfferId, "release", o.Release)
-	go a.cfg.OnUpdateOffer(ctx, o.OfferId, o.Release)
+	a.log.Info("imsd offers an agent release", "offer", o.OfferId, "release", o.Release, "confirm", o.Confirm)
+	go a.cfg.OnUpdateOffer(ctx, o.OfferId, o.Release, o.Confirm)
 }
+
+// ReportNow sends a heartbeat, with the update report, as soon as the
+// agent is connected (at once if it is): a deferred offer whose window
+// opened asks imsd to confirm it.
+func (a *Agent) ReportNow() { a.kickPerm() }
 
 // updateWithdrawal checks imsd's withdrawal of an update offer (signed
 // for this agent and that offer by a key it trusts: another agent's, or

@@ -67,3 +67,56 @@ func TestUpdateWithdrawalVerified(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 }
+
+// An offer is handed to OnUpdateOffer once, with its confirm flag; imsd
+// sending it again is handed on again only while the agent's report asks
+// imsd to confirm that offer (its window opened on the deferred offer),
+// and only if it verifies.
+func TestUpdateOfferHandedAgainAsConfirmation(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	now := time.Unix(1_800_000_000, 0)
+	type handed struct {
+		id      string
+		confirm bool
+	}
+	got := make(chan handed, 10)
+	confirming := ""
+	a := &Agent{cfg: Config{Now: func() time.Time { return now },
+		OnUpdateOffer: func(_ context.Context, offerID, _ string, confirm bool) { got <- handed{offerID, confirm} },
+		UpdateReport:  func() *agentv1.UpdateReport { return &agentv1.UpdateReport{ConfirmOfferId: confirming} }},
+		id:   identity.Identity{InstallID: "in1", AgentID: "ag1"},
+		keys: map[string]ed25519.PublicKey{agentproto.KeyID(pub): pub}, log: slog.New(slog.DiscardHandler)}
+	offer := func(id string) *agentv1.UpdateOffer {
+		c := agentproto.UpdateOfferClaims{KeyID: agentproto.KeyID(pub), InstallID: "in1", AgentID: "ag1", OfferID: id,
+			Release: "oci://r.example/byoc/agent@sha256:" + id, Expires: now.Add(time.Hour)}
+		return &agentv1.UpdateOffer{OfferId: id, Release: c.Release, KeyId: c.KeyID, ExpireUnixMs: c.Expires.UnixMilli(),
+			Signature: agentproto.SignUpdateOffer(priv, &c), Confirm: true}
+	}
+	expect := func(what string, want *handed) {
+		t.Helper()
+		select {
+		case h := <-got:
+			if want == nil || h != *want {
+				t.Fatalf("%s: handed %+v, want %+v", what, h, want)
+			}
+		case <-time.After(50 * time.Millisecond):
+			if want != nil {
+				t.Fatalf("%s: not handed on", what)
+			}
+		}
+	}
+	a.updateOffer(t.Context(), offer("uo_1"))
+	expect("the offer", &handed{"uo_1", true})
+	a.updateOffer(t.Context(), offer("uo_1"))
+	expect("sent again, no confirmation asked", nil)
+	confirming = "uo_2"
+	a.updateOffer(t.Context(), offer("uo_1"))
+	expect("sent again, another offer's confirmation asked", nil)
+	confirming = "uo_1"
+	forged := offer("uo_1")
+	forged.Signature[0] ^= 1
+	a.updateOffer(t.Context(), forged)
+	expect("a forged confirmation", nil)
+	a.updateOffer(t.Context(), offer("uo_1"))
+	expect("imsd's confirmation", &handed{"uo_1", true})
+}

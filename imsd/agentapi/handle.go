@@ -39,8 +39,12 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		c.reportCondition(ctx, msg.Heartbeat.Condition, now)
 		c.reportUpdate(ctx, msg.Heartbeat.Update, now)
 		c.reportPlugins(ctx, msg.Heartbeat.Plugins, now)
-		if err := c.refreshOffer(ctx, now); err != nil {
+		if asked, err := c.confirmOffer(ctx, msg.Heartbeat.Update, now); err != nil {
 			return err
+		} else if !asked {
+			if err := c.refreshOffer(ctx, now); err != nil {
+				return err
+			}
 		}
 		renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(msg.Heartbeat.Running), s.reclaimAfter(now))
 		if err != nil {

@@ -333,6 +333,9 @@ type conn struct {
 	// offer, at offerReadAt (update.go).
 	offerSeen   int64
 	offerReadAt time.Time
+	// lastSigned is the last update offer or withdrawal signed for the
+	// agent (update.go; nil: none).
+	lastSigned *signedUpdate
 	// lastForced is when the queue was last read without a hub mark.
 	lastForced time.Time
 	// auditCopy is set when the agent keeps a copy of its install's audit
@@ -447,8 +450,12 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello, nextKeyI
 	c.reportUpdate(ctx, hello.Update, now)
 	c.reportPlugins(ctx, hello.Plugins, now)
 	c.offerSeen, c.offerReadAt = c.svc.hub.Offers(), now
-	if err := c.sendOffer(now); err != nil {
+	if asked, err := c.confirmOffer(ctx, hello.Update, now); err != nil {
 		return err
+	} else if !asked {
+		if err := c.sendOffer(now); err != nil {
+			return err
+		}
 	}
 	c.lastForced = now
 	return c.claim(ctx, true)

@@ -98,17 +98,99 @@ func (c *conn) sendOffer(now time.Time) error {
 		if u != nil && u.LastOfferID == o.ID && u.LastKind != "deferred" {
 			return nil
 		}
-		claims := agentproto.UpdateWithdrawalClaims{InstallID: c.agent.InstallID, AgentID: c.agent.ID, OfferID: o.ID, Expires: now.Add(offerLife)}
-		sig := c.svc.cfg.SigningKey.SignWithdrawal(&claims)
-		return c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_UpdateWithdrawal{UpdateWithdrawal: &agentv1.UpdateWithdrawal{
-			OfferId: o.ID, KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}}})
+		return c.sendWithdrawal(o.ID, now)
 	}
 	if u != nil && u.LastOfferID == o.ID {
 		return nil
 	}
-	claims := agentproto.UpdateOfferClaims{InstallID: c.agent.InstallID, AgentID: c.agent.ID, OfferID: o.ID, Release: o.Release,
-		Expires: now.Add(offerLife)}
-	sig := c.svc.cfg.SigningKey.SignOffer(&claims)
+	return c.sendOfferSigned(o, now)
+}
+
+// confirmOffer answers an agent whose report asks imsd to confirm the
+// offer its customer's window deferred, now that the window is open
+// (UpdateReport.confirm_offer_id): it reads the agent's offer from the
+// store (not the stream's copy, which may be up to offerPoll old: a
+// cancel through another replica), sends that offer again if it still
+// stands, and its withdrawal otherwise (withdrawn, or replaced by another
+// offer, or gone), then anything else sendOffer sends. The agent applies
+// the deferred offer only on this answer. It reports whether the report
+// asked (then the caller need not refresh the offer). c.mu is held.
+func (c *conn) confirmOffer(ctx context.Context, p *agentv1.UpdateReport, now time.Time) (bool, error) {
+	id := p.GetConfirmOfferId()
+	if id == "" {
+		return false, nil
+	}
+	if len(id) > 64 {
+		return true, nil // no offer id is this long (store.NewOfferID)
+	}
+	n := c.svc.hub.Offers()
+	a, err := c.svc.store.GetAgent(ctx, c.agent.ID)
+	if err != nil {
+		// Unanswered, the agent asks again at its next report.
+		c.logger().WarnContext(ctx, "read agent update offer to confirm it", "offer", id, "err", err)
+		return true, nil
+	}
+	c.offerSeen, c.offerReadAt = n, now
+	c.agent.UpdateOffer = a.UpdateOffer
+	o := a.UpdateOffer
+	if o != nil && o.ID == id && !o.Withdrawn() {
+		c.logger().InfoContext(ctx, "agent update offer confirmed: the agent's update window is open", "offer", id)
+		return true, c.sendOfferSigned(o, now)
+	}
+	c.logger().InfoContext(ctx, "agent asked to confirm an update offer that no longer stands: withdrawn", "offer", id)
+	if err := c.sendWithdrawal(id, now); err != nil {
+		return true, err
+	}
+	if o != nil && o.ID == id {
+		return true, nil
+	}
+	return true, c.sendOffer(now)
+}
+
+// sendOfferSigned sends offer o signed for the agent. The signature is
+// kept and sent again until half its life is left (an agent whose report
+// leaves an offer unanswered gets it after each heartbeat).
+func (c *conn) sendOfferSigned(o *store.UpdateOffer, now time.Time) error {
+	s := c.signed(o.ID, o.Release, false, now)
 	return c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_UpdateOffer{UpdateOffer: &agentv1.UpdateOffer{
-		OfferId: o.ID, Release: o.Release, KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}}})
+		OfferId: o.ID, Release: o.Release, KeyId: s.keyID, ExpireUnixMs: s.expires.UnixMilli(), Signature: s.sig, Confirm: true}}})
+}
+
+// sendWithdrawal sends the signed withdrawal of offer id, kept as
+// sendOfferSigned keeps an offer's.
+func (c *conn) sendWithdrawal(id string, now time.Time) error {
+	s := c.signed(id, "", true, now)
+	return c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_UpdateWithdrawal{UpdateWithdrawal: &agentv1.UpdateWithdrawal{
+		OfferId: id, KeyId: s.keyID, ExpireUnixMs: s.expires.UnixMilli(), Signature: s.sig}}})
+}
+
+// signedUpdate is the last offer or withdrawal signed for a stream's
+// agent.
+type signedUpdate struct {
+	offerID, release, keyID string
+	withdrawal              bool
+	expires                 time.Time
+	sig                     []byte
+}
+
+// signed returns the signature of offer id (release) or of its
+// withdrawal for the stream's agent: the last one made, while it is for
+// the same thing, by the current key, with more than half of offerLife
+// left; a new one otherwise.
+func (c *conn) signed(id, release string, withdrawal bool, now time.Time) *signedUpdate {
+	k := c.svc.cfg.SigningKey
+	if s := c.lastSigned; s != nil && s.offerID == id && s.release == release && s.withdrawal == withdrawal && s.keyID == k.ID &&
+		s.expires.Sub(now) > offerLife/2 {
+		return s
+	}
+	s := &signedUpdate{offerID: id, release: release, withdrawal: withdrawal, expires: now.Add(offerLife)}
+	if withdrawal {
+		claims := agentproto.UpdateWithdrawalClaims{InstallID: c.agent.InstallID, AgentID: c.agent.ID, OfferID: id, Expires: s.expires}
+		s.sig, s.keyID = k.SignWithdrawal(&claims), claims.KeyID
+	} else {
+		claims := agentproto.UpdateOfferClaims{InstallID: c.agent.InstallID, AgentID: c.agent.ID, OfferID: id, Release: release, Expires: s.expires}
+		s.sig, s.keyID = k.SignOffer(&claims), claims.KeyID
+	}
+	c.lastSigned = s
+	return s
 }

@@ -135,6 +135,13 @@ func TestUpdateWithdrawalSentUntilAnswered(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	noUpdateMessage(t, cs, "sent after the answer")
+}
+
+// noUpdateMessage fails if cs carries an update offer or withdrawal in
+// the next 300 ms.
+func noUpdateMessage(t *testing.T, cs *chanStream, what string) {
+	t.Helper()
 	for {
 		select {
 		case m := <-cs.out:
@@ -145,10 +152,87 @@ func TestUpdateWithdrawalSentUntilAnswered(t *testing.T) {
 				}
 			}
 			if m.GetUpdateWithdrawal() != nil || m.GetUpdateOffer() != nil {
-				t.Fatalf("sent after the answer: %v", m)
+				t.Fatalf("%s: %v", what, m)
 			}
 		case <-time.After(300 * time.Millisecond):
 			return
 		}
+	}
+}
+
+// nextWithdrawal skips messages other than an update withdrawal (audit
+// records).
+func nextWithdrawal(t *testing.T, cs *chanStream) *agentv1.UpdateWithdrawal {
+	t.Helper()
+	for {
+		m := cs.next(t)
+		if w := m.GetUpdateWithdrawal(); w != nil {
+			return w
+		}
+		if m.GetAudit() == nil {
+			t.Fatalf("want an update withdrawal, got %v", m)
+		}
+	}
+}
+
+// An agent whose window opened on a deferred offer asks imsd to confirm
+// it (the report's confirm_offer_id): imsd reads the offer from its store
+// (not the stream's copy: a withdrawal through another replica, which
+// this stream's hub never heard of, is answered at once) and sends the
+// offer again while it stands, its signed withdrawal otherwise, or for an
+// offer it does not hold. Offers ask for confirmation (confirm); an offer
+// sent again reuses its signature.
+func TestUpdateOfferConfirmedWhenAsked(t *testing.T) {
+	e := newStreamEnv(t)
+	ctx := context.Background()
+	rel := "oci://r.example/byoc/agent@sha256:0123"
+	if _, err := e.st.OfferAgentUpdate(ctx, "ins_1", store.UpdateOffer{ID: "uo_1", Release: rel, OfferedAt: e.clk.Now()}, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := e.open(t, "inst-a")
+	if cs.next(t).GetWelcome() == nil {
+		t.Fatal("want a welcome")
+	}
+	first := nextOffer(t, cs)
+	if !first.Confirm {
+		t.Fatalf("the offer does not ask for confirmation: %v", first)
+	}
+	deferred := &agentv1.UpdateDecision{Kind: "deferred", Release: rel, OfferId: "uo_1", Reason: "window", Cause: "window"}
+	beat := func(seq uint64, confirm string) {
+		cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: seq,
+			Update: &agentv1.UpdateReport{Mode: "allow", Last: deferred, ConfirmOfferId: confirm}}}}
+	}
+	beat(1, "")
+	noUpdateMessage(t, cs, "a deferred offer sent again unasked")
+	e.clk.Add(10 * time.Minute) // within half the signature's life: the same one
+	beat(2, "uo_1")
+	again := nextOffer(t, cs)
+	if again.OfferId != "uo_1" || again.Release != rel || string(again.Signature) != string(first.Signature) {
+		t.Fatalf("confirmation %v, first offer %v", again, first)
+	}
+	// Withdrawn through "another replica": the store only.
+	if _, _, err := e.st.WithdrawAgentUpdate(ctx, "ins_1", "", "bob", "bad build", e.clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	beat(3, "uo_1")
+	w := nextWithdrawal(t, cs)
+	sk := e.svc.cfg.SigningKey
+	c := agentproto.UpdateWithdrawalClaims{KeyID: w.KeyId, InstallID: "ins_1", AgentID: e.agent, OfferID: w.OfferId, Expires: time.UnixMilli(w.ExpireUnixMs)}
+	if err := agentproto.VerifyUpdateWithdrawal(map[string]ed25519.PublicKey{sk.ID: sk.Public}, &c, w.Signature, e.clk.Now()); err != nil || w.OfferId != "uo_1" {
+		t.Fatalf("withdrawal %v: %v", w, err)
+	}
+	// An offer imsd does not hold, asked at the hello: withdrawn.
+	cs2 := newChanStream()
+	go func() { _ = e.svc.Serve(context.Background(), cs2) }()
+	t.Cleanup(func() { close(cs2.closed) })
+	ch := cs2.next(t).GetChallenge()
+	e.hello(t, cs2, ch, &agentv1.Hello{AgentId: e.agent, Signature: agentproto.SignChallenge(e.key, e.agent, ch.Nonce), Capacity: 2,
+		Instance: "inst-b", Update: &agentv1.UpdateReport{Mode: "allow",
+			Last: &agentv1.UpdateDecision{Kind: "deferred", Release: rel, OfferId: "uo_9"}, ConfirmOfferId: "uo_9"}})
+	if cs2.next(t).GetWelcome() == nil {
+		t.Fatal("want a welcome")
+	}
+	if w := nextWithdrawal(t, cs2); w.OfferId != "uo_9" {
+		t.Fatalf("withdrawal of %s", w.OfferId)
 	}
 }

@@ -1436,9 +1436,15 @@ type UpdateReport struct {
 	Window string `protobuf:"bytes,4,opt,name=window,proto3" json:"window,omitempty"`
 	// last is the latest update the agent applied, refused, confirmed or
 	// rolled back (unset: none known).
-	Last          *UpdateDecision `protobuf:"bytes,5,opt,name=last,proto3" json:"last,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Last *UpdateDecision `protobuf:"bytes,5,opt,name=last,proto3" json:"last,omitempty"`
+	// confirm_offer_id is the offer the customer's update window deferred,
+	// now that the window is open, when the offer asked for a confirmation
+	// (UpdateOffer.confirm): the agent applies it only once imsd, having
+	// read its store after this report, sends that offer again, and drops
+	// it on a withdrawal ("" for none, or an older agentd).
+	ConfirmOfferId string `protobuf:"bytes,6,opt,name=confirm_offer_id,json=confirmOfferId,proto3" json:"confirm_offer_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateReport) Reset() {
@@ -1504,6 +1510,13 @@ func (x *UpdateReport) GetLast() *UpdateDecision {
 		return x.Last
 	}
 	return nil
+}
+
+func (x *UpdateReport) GetConfirmOfferId() string {
+	if x != nil {
+		return x.ConfirmOfferId
+	}
+	return ""
 }
 
 // UpdateDecision is one update decision of the agent.
@@ -1615,12 +1628,19 @@ func (x *UpdateDecision) GetCause() string {
 // agentproto.UpdateOfferClaims: the agent applies only a verified offer,
 // and only as its update policy allows an automatic update.
 type UpdateOffer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OfferId       string                 `protobuf:"bytes,1,opt,name=offer_id,json=offerId,proto3" json:"offer_id,omitempty"`
-	Release       string                 `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
-	KeyId         string                 `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
-	ExpireUnixMs  int64                  `protobuf:"varint,4,opt,name=expire_unix_ms,json=expireUnixMs,proto3" json:"expire_unix_ms,omitempty"`
-	Signature     []byte                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	OfferId      string                 `protobuf:"bytes,1,opt,name=offer_id,json=offerId,proto3" json:"offer_id,omitempty"`
+	Release      string                 `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	KeyId        string                 `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	ExpireUnixMs int64                  `protobuf:"varint,4,opt,name=expire_unix_ms,json=expireUnixMs,proto3" json:"expire_unix_ms,omitempty"`
+	Signature    []byte                 `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	// confirm says that imsd answers UpdateReport.confirm_offer_id: an offer
+	// the customer's update window defers then applies when the window opens
+	// only once imsd confirms it still stands, so that a withdrawal the agent
+	// did not hear of (it was cut off, or the cancel went through another
+	// replica) is never overtaken. An older imsd leaves it false, and the
+	// agent applies a deferred offer when the window opens, as before.
+	Confirm       bool `protobuf:"varint,6,opt,name=confirm,proto3" json:"confirm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1688,6 +1708,13 @@ func (x *UpdateOffer) GetSignature() []byte {
 		return x.Signature
 	}
 	return nil
+}
+
+func (x *UpdateOffer) GetConfirm() bool {
+	if x != nil {
+		return x.Confirm
+	}
+	return false
 }
 
 // UpdateWithdrawal takes back update offer offer_id. signature is imsd's
@@ -5361,13 +5388,14 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x06key_id\x18\x05 \x01(\tR\x05keyId\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"check_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\x95\x01\n" +
+	"check_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\xbf\x01\n" +
 	"\fUpdateReport\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x10\n" +
 	"\x03pin\x18\x02 \x01(\tR\x03pin\x12\x14\n" +
 	"\x05allow\x18\x03 \x01(\tR\x05allow\x12\x16\n" +
 	"\x06window\x18\x04 \x01(\tR\x06window\x121\n" +
-	"\x04last\x18\x05 \x01(\v2\x1d.byoc.agent.v1.UpdateDecisionR\x04last\"\xd1\x01\n" +
+	"\x04last\x18\x05 \x01(\v2\x1d.byoc.agent.v1.UpdateDecisionR\x04last\x12(\n" +
+	"\x10confirm_offer_id\x18\x06 \x01(\tR\x0econfirmOfferId\"\xd1\x01\n" +
 	"\x0eUpdateDecision\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x19\n" +
@@ -5375,13 +5403,14 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12.\n" +
 	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
-	"\x05cause\x18\a \x01(\tR\x05cause\"\x9d\x01\n" +
+	"\x05cause\x18\a \x01(\tR\x05cause\"\xb7\x01\n" +
 	"\vUpdateOffer\x12\x19\n" +
 	"\boffer_id\x18\x01 \x01(\tR\aofferId\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x15\n" +
 	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12$\n" +
 	"\x0eexpire_unix_ms\x18\x04 \x01(\x03R\fexpireUnixMs\x12\x1c\n" +
-	"\tsignature\x18\x05 \x01(\fR\tsignature\"\x88\x01\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\x12\x18\n" +
+	"\aconfirm\x18\x06 \x01(\bR\aconfirm\"\x88\x01\n" +
 	"\x10UpdateWithdrawal\x12\x19\n" +
 	"\boffer_id\x18\x01 \x01(\tR\aofferId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12$\n" +
