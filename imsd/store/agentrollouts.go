@@ -281,7 +281,8 @@ func (s *Store) withdrawOffer(ctx context.Context, tx *txn, installID, offerID, 
 // agent's stream sends the signed withdrawal until its report answers
 // the offer. An offer an agent rollout made is refused (cancel the
 // rollout: its install then ends cancelled); an install with no standing
-// offer is NotFound. It returns the withdrawn offer's id and the agents'.
+// offer is NotFound, one withdrawn by another call at the same time a
+// Conflict. It returns the withdrawn offer's id and the agents'.
 func (s *Store) WithdrawAgentUpdate(ctx context.Context, installID, offerID, by, reason string, now time.Time) (string, []string, error) {
 	if err := requireTime("now", now); err != nil {
 		return "", nil, err
@@ -316,7 +317,11 @@ func (s *Store) WithdrawAgentUpdate(ctx context.Context, installID, offerID, by,
 		}
 		offerID = found.ID
 		var err error
-		ids, err = s.withdrawOffer(ctx, tx, installID, offerID, by, reason, now)
+		if ids, err = s.withdrawOffer(ctx, tx, installID, offerID, by, reason, now); err == nil && len(ids) == 0 {
+			// Another call (another replica) withdrew it between the
+			// read above and the conditional writes.
+			return errs.E(errs.Conflict, "offer %s was withdrawn by another call at the same time (byoc install get %s shows by whom)", offerID, installID)
+		}
 		return err
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -242,6 +243,36 @@ func testAgentRolloutCancel(t *testing.T, e *env) {
 	ok(t, err)
 	if o := ag.UpdateOffer; !o.Withdrawn() || o.WithdrawnBy != "dave" || o.WithdrawReason != "wrong release" {
 		t.Errorf("withdrawn offer: %+v", o)
+	}
+	// Two replicas withdraw one offer at once: one withdraws it, once;
+	// the other is refused (not told it withdrew nothing), whichever
+	// moment it read the offer.
+	for round := range 5 {
+		id := fmt.Sprintf("uo-race-%d", round)
+		_, err = e.s.OfferAgentUpdate(ctx, g, store.UpdateOffer{ID: id, Release: ref, OfferedAt: at(4 * time.Minute)}, "carol")
+		ok(t, err)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var won, refused int
+		for i, s := range []*store.Store{e.s, other} {
+			wg.Go(func() {
+				_, agents, err := s.WithdrawAgentUpdate(ctx, g, id, fmt.Sprintf("op-%d", i), "", at(4*time.Minute))
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil && len(agents) == 1:
+					won++
+				case errs.Is(err, errs.Conflict) || errs.Is(err, errs.NotFound):
+					refused++
+				default:
+					t.Errorf("round %d: withdrawn %v, %v", round, agents, err)
+				}
+			})
+		}
+		wg.Wait()
+		if won != 1 || refused != 1 {
+			t.Errorf("round %d: %d withdrew it, %d refused", round, won, refused)
+		}
 	}
 
 	// The applied install ends as its agent reports.
