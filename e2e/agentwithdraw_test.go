@@ -31,7 +31,7 @@ func TestAgentRolloutCancelWithdrawsDeferredOffer(t *testing.T) {
 
 	// The window opens at the start of the minute after next: at least
 	// a minute to defer, cancel and withdraw before it does.
-	opens, win := windowOpeningSoon()
+	opens, win := windowOpeningSoon(2)
 	ag := rig.startAgent(t, "v1.4.0", "shop", "deferring", "--allow", ">=1.4 <2", "--window", win)
 	cluster.Eventually(t, 60*time.Second, "the agent to report its update policy", func() bool {
 		a := agentOf("deferring")
@@ -104,10 +104,10 @@ func TestAgentRolloutCancelWithdrawsDeferredOffer(t *testing.T) {
 }
 
 // windowOpeningSoon is a daily update window that opens at the start of
-// the minute after next (at least a minute away) and stays open for 30
-// minutes (or until midnight).
-func windowOpeningSoon() (time.Time, string) {
-	opens := time.Now().UTC().Truncate(time.Minute).Add(2 * time.Minute)
+// the minute minutes from now (at least minutes-1 away) and stays open for
+// 30 minutes (or until midnight).
+func windowOpeningSoon(minutes int) (time.Time, string) {
+	opens := time.Now().UTC().Truncate(time.Minute).Add(time.Duration(minutes) * time.Minute)
 	end := opens.Add(30 * time.Minute)
 	endText := end.Format("15:04")
 	if midnight := opens.Truncate(24 * time.Hour).Add(24 * time.Hour); !end.Before(midnight) {
@@ -130,7 +130,9 @@ func TestDeferredOfferWaitsForIMSDAtWindowOpen(t *testing.T) {
 	rig := startAgentRig(t, "v1.4.0", "v1.5.0")
 	cli, agentOf := rig.cli, rig.agentOf
 	v150 := rig.publishBuild(t, "v1.5.0", "v1.5.0")
-	opens, win := windowOpeningSoon()
+	// Two agents to start, two offers and a withdrawal before it opens:
+	// at least two minutes.
+	opens, win := windowOpeningSoon(3)
 	ag := rig.startAgent(t, "v1.4.0", "shop", "cutoff", "--allow", ">=1.4 <2", "--window", win)
 	back := rig.startAgent(t, "v1.4.0", "shop", "taken-back", "--allow", ">=1.4 <2", "--window", win)
 	offers := map[string]string{}
