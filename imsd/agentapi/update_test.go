@@ -15,13 +15,27 @@ import (
 // nextOffer skips messages other than an update offer (audit records).
 func nextOffer(t *testing.T, cs *chanStream) *agentv1.UpdateOffer {
 	t.Helper()
+	return nextUpdate(t, cs, "offer", (*agentv1.ConnectResponse).GetUpdateOffer)
+}
+
+// nextWithdrawal skips messages other than an update withdrawal (audit
+// records).
+func nextWithdrawal(t *testing.T, cs *chanStream) *agentv1.UpdateWithdrawal {
+	t.Helper()
+	return nextUpdate(t, cs, "withdrawal", (*agentv1.ConnectResponse).GetUpdateWithdrawal)
+}
+
+// nextUpdate returns the next message get finds, skipping audit records.
+func nextUpdate[T comparable](t *testing.T, cs *chanStream, what string, get func(*agentv1.ConnectResponse) T) T {
+	t.Helper()
+	var zero T
 	for {
 		m := cs.next(t)
-		if o := m.GetUpdateOffer(); o != nil {
-			return o
+		if v := get(m); v != zero {
+			return v
 		}
 		if m.GetAudit() == nil {
-			t.Fatalf("want an update offer, got %v", m)
+			t.Fatalf("want an update %s, got %v", what, m)
 		}
 	}
 }
@@ -97,19 +111,7 @@ func TestUpdateWithdrawalSentUntilAnswered(t *testing.T) {
 	if cs.next(t).GetWelcome() == nil {
 		t.Fatal("want a welcome")
 	}
-	next := func() *agentv1.UpdateWithdrawal {
-		t.Helper()
-		for {
-			m := cs.next(t)
-			if w := m.GetUpdateWithdrawal(); w != nil {
-				return w
-			}
-			if m.GetAudit() == nil {
-				t.Fatalf("want an update withdrawal, got %v", m)
-			}
-		}
-	}
-	w := next()
+	w := nextWithdrawal(t, cs)
 	sk := e.svc.cfg.SigningKey
 	c := agentproto.UpdateWithdrawalClaims{KeyID: w.KeyId, InstallID: "ins_1", AgentID: e.agent, OfferID: w.OfferId, Expires: time.UnixMilli(w.ExpireUnixMs)}
 	if err := agentproto.VerifyUpdateWithdrawal(map[string]ed25519.PublicKey{sk.ID: sk.Public}, &c, w.Signature, e.clk.Now()); err != nil || w.OfferId != "uo_1" {
@@ -118,7 +120,7 @@ func TestUpdateWithdrawalSentUntilAnswered(t *testing.T) {
 	deferred := &agentv1.UpdateDecision{Kind: "deferred", Release: rel, OfferId: "uo_1", Reason: "window"}
 	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: 1,
 		Update: &agentv1.UpdateReport{Mode: "allow", Last: deferred}}}}
-	next()
+	nextWithdrawal(t, cs)
 	withdrawn := &agentv1.UpdateDecision{Kind: "withdrawn", Release: rel, OfferId: "uo_1", Cause: "withdrawn"}
 	for seq := range uint64(2) {
 		cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: 2 + seq,
@@ -156,21 +158,6 @@ func noUpdateMessage(t *testing.T, cs *chanStream, what string) {
 			}
 		case <-time.After(300 * time.Millisecond):
 			return
-		}
-	}
-}
-
-// nextWithdrawal skips messages other than an update withdrawal (audit
-// records).
-func nextWithdrawal(t *testing.T, cs *chanStream) *agentv1.UpdateWithdrawal {
-	t.Helper()
-	for {
-		m := cs.next(t)
-		if w := m.GetUpdateWithdrawal(); w != nil {
-			return w
-		}
-		if m.GetAudit() == nil {
-			t.Fatalf("want an update withdrawal, got %v", m)
 		}
 	}
 }
