@@ -371,6 +371,9 @@ func updateCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now
 		fmt.Fprintf(stdout, "This agentd: %s\n", buildinfo.Get().Short())
 		if s == nil {
 			fmt.Fprintln(stdout, "No update in progress.")
+			if d := deferredText(dir, now()); d != "" {
+				fmt.Fprintln(stdout, d)
+			}
 			return 0
 		}
 		if s.RollbackRefused != "" {
@@ -509,6 +512,34 @@ type deferredError struct{ at time.Time }
 
 func (e deferredError) Error() string {
 	return "deferred to the update window's next opening, " + e.at.UTC().Format(time.RFC3339)
+}
+
+// deferredText says which offer the update window deferred and when it
+// applies ("" for none): agentd update status.
+func deferredText(dir string, now time.Time) string {
+	l := loadLastUpdate(dir)
+	if l == nil || l.Kind != "deferred" || l.OfferID == "" {
+		return ""
+	}
+	s := fmt.Sprintf("Deferred: imsd's offer %s of %s (%s), deferred %s to the update window", l.OfferID, cmpOr(l.Version, "an agent release"),
+		l.Release, l.At.UTC().Format(time.RFC3339))
+	st, err := permissions.Load(dir)
+	if err != nil {
+		return s + fmt.Sprintf("; the update policy cannot be read (%v): it applies nothing until it can", err)
+	}
+	shut, next := st.Update.WindowShut(now)
+	switch {
+	case shut && next.IsZero():
+		return s + ", which never opens: it applies when you change the window, as the policy then says"
+	case shut && l.Confirm:
+		return s + fmt.Sprintf(": it applies when the window opens, %s, once imsd confirms the offer still stands", next.UTC().Format(time.RFC3339))
+	case shut:
+		return s + fmt.Sprintf(": it applies when the window opens, %s", next.UTC().Format(time.RFC3339))
+	case l.Confirm:
+		return s + ": the window is open, and the agent asks imsd at each heartbeat whether the offer still stands; it applies it on imsd's answer (if imsd withdrew it, it drops it)"
+	default:
+		return s + ": the window is open, and the agent applies it now"
+	}
 }
 
 // confirmByIMSD is a deferred offer's note's "confirm": the offer

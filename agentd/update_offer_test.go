@@ -178,6 +178,18 @@ func TestDeferredOfferWaitsForIMSDConfirmation(t *testing.T) {
 	if r := updateReport(state); r.ConfirmOfferId != "" {
 		t.Fatalf("window shut, confirmation asked: %v", r)
 	}
+	status := func() string {
+		t.Helper()
+		out.Reset()
+		if code := updateCmd(t.Context(), []string{"--state-dir", state, "status"}, &out, &out, time.Now); code != 0 {
+			t.Fatalf("status: %s", out.String())
+		}
+		return out.String()
+	}
+	if st := status(); !strings.Contains(st, "Deferred: imsd's offer uo_1 of 1.5.0") || !strings.Contains(st, "it applies when the window opens") ||
+		!strings.Contains(st, "once imsd confirms the offer still stands") {
+		t.Fatalf("agentd update status, window shut:\n%s", st)
+	}
 	applied, asked, stop := run()
 	select {
 	case <-asked:
@@ -193,6 +205,9 @@ func TestDeferredOfferWaitsForIMSDConfirmation(t *testing.T) {
 	policy("--no-window")
 	if r := updateReport(state); r.ConfirmOfferId != "uo_1" {
 		t.Fatalf("window open, confirmation not asked: %v", r)
+	}
+	if st := status(); !strings.Contains(st, "the window is open, and the agent asks imsd at each heartbeat") {
+		t.Fatalf("agentd update status, window open:\n%s", st)
 	}
 	applied, asked, stop = run()
 	select {
@@ -217,6 +232,9 @@ func TestDeferredOfferWaitsForIMSDConfirmation(t *testing.T) {
 	}
 	if r := updateReport(state); r.ConfirmOfferId != "" {
 		t.Fatalf("still asking after the decision: %v", r)
+	}
+	if st := status(); strings.Contains(st, "Deferred") {
+		t.Fatalf("agentd update status after the decision:\n%s", st)
 	}
 	// Sent again before the report reached imsd: left as decided, not
 	// tried again.
