@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/byoc-dev/byoc/internal/window"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -200,7 +201,36 @@ func updateOfferText(now time.Time, ag *imsv1.AgentStatus) string {
 		}
 	}
 	if u := ag.GetUpdate(); u.GetLastOfferId() == o.GetId() {
-		return s + ": " + strings.ReplaceAll(u.GetLastKind(), "_", " ")
+		s += ": " + strings.ReplaceAll(u.GetLastKind(), "_", " ")
+		if u.GetLastKind() == "deferred" {
+			s += deferredWait(now, ag)
+		}
+		return s
 	}
 	return s + ": not answered yet"
+}
+
+// deferredWait says what a deferred offer waits for: the customer's
+// window to open, or, the window open, the agent to ask imsd whether the
+// offer still stands (at once when connected; once it reconnects).
+func deferredWait(now time.Time, ag *imsv1.AgentStatus) string {
+	w := ag.GetUpdate().GetWindow()
+	if w == "" {
+		return ""
+	}
+	sch, err := window.ParseSchedule([]string{w})
+	if err != nil {
+		return ""
+	}
+	switch {
+	case !sch.Contains(now):
+		if next := sch.NextOpening(now); !next.IsZero() {
+			return fmt.Sprintf(" until the customer's window opens, %s (in %s)", next.UTC().Format(time.RFC3339), next.Sub(now).Round(time.Minute))
+		}
+		return ""
+	case ag.GetConnected():
+		return "; the customer's window is open: the agent applies it once imsd confirms it still stands (at its next heartbeat)"
+	default:
+		return "; the customer's window is open but the agent is disconnected: it asks imsd to confirm the offer when it reconnects"
+	}
 }
