@@ -184,7 +184,8 @@ func runDeferredOffers(ctx context.Context, stateDir string, wake <-chan struct{
 // updateReport is the update policy and the latest decision, for imsd.
 func updateReport(stateDir string) *agentv1.UpdateReport {
 	r := &agentv1.UpdateReport{Mode: "manual"}
-	if st, err := permissions.Load(stateDir); err == nil {
+	st, perr := permissions.Load(stateDir)
+	if perr == nil {
 		p := st.Update
 		r.Pin, r.Allow, r.Window = p.Pin, p.Allow, p.Window
 		switch {
@@ -197,20 +198,13 @@ func updateReport(stateDir string) *agentv1.UpdateReport {
 	if l := loadLastUpdate(stateDir); l != nil {
 		r.Last = &agentv1.UpdateDecision{Kind: l.Kind, Release: l.Release, OfferId: l.OfferID, Version: l.Version, Reason: l.Reason,
 			Time: timestamppb.New(l.At), Cause: l.Cause}
-		if l.Kind == "deferred" && l.Confirm && l.OfferID != "" && windowOpen(stateDir, time.Now()) {
-			r.ConfirmOfferId = l.OfferID
+		// Asked only with the window open (an unreadable policy applies
+		// nothing, so it asks nothing).
+		if l.Kind == "deferred" && l.Confirm && l.OfferID != "" && perr == nil {
+			if shut, _ := st.Update.WindowShut(time.Now()); !shut {
+				r.ConfirmOfferId = l.OfferID
+			}
 		}
 	}
 	return r
-}
-
-// windowOpen reports whether the customer's update window is open at t
-// (false when the permission state cannot be read).
-func windowOpen(stateDir string, t time.Time) bool {
-	st, err := permissions.Load(stateDir)
-	if err != nil {
-		return false
-	}
-	shut, _ := st.Update.WindowShut(t)
-	return !shut
 }
