@@ -318,7 +318,9 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 		up.ResetValues = true
 		up.Wait, up.Timeout = j.cfg.Wait, j.cfg.Timeout
 		up.MaxHistory = j.cfg.HistoryMax
-		rel, err = up.RunWithContext(ctx, j.cfg.Release, ch, j.cfg.Values)
+		actx, detach := actionContext(ctx)
+		rel, err = up.RunWithContext(actx, j.cfg.Release, ch, j.cfg.Values)
+		detach()
 		if err != nil && ctx.Err() == nil && j.cfg.RollbackOnFail {
 			err = j.rollbackAfter(err)
 		}
@@ -331,6 +333,24 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 	}
 	req.Log.System(fmt.Sprintf("release %s revision %d: %s", rel.Name, rel.Version, rel.Info.Status))
 	return &sdk.ApplyResponse{Outputs: outputs(rel), PolicyFindings: findings}, nil
+}
+
+// actionContext is the context for Helm's upgrade (RunWithContext): it
+// ends with ctx while the upgrade runs, and no longer once the function
+// it returns is called. Helm (v3.22) watches the context in a goroutine
+// that outlives the call (Upgrade.handleContext): started alongside the
+// upgrade, it may first run after the upgrade returned, and if by then
+// the context has ended, as the job's does once the step returns, it
+// picks that case as often as the upgrade's end, marks the release it
+// just deployed FAILED and records it (failRelease). With the job's
+// context itself, a plan after a successful upgrade could find no
+// deployed revision (plugins/helm TestLifecycle failed so once under
+// -race in CI). A job cancelled while the upgrade runs still ends it
+// (and cancelKube and the transport end its writes and waits).
+func actionContext(ctx context.Context) (context.Context, func()) {
+	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	return run, func() { stop() }
 }
 
 // rollbackAfter rolls a failed upgrade back to the last deployed revision

@@ -481,3 +481,27 @@ func TestNoKubeconfigNamesTheFlag(t *testing.T) {
 		t.Fatalf("ServerVersion with no kubeconfig: %v", err)
 	}
 }
+
+// The upgrade's context ends with the job's while the upgrade runs, and
+// no longer once it returned: Helm's leftover goroutine must never see
+// the job's end after a successful upgrade (actionContext).
+func TestActionContextDetachesAfterTheRun(t *testing.T) {
+	job, cancel := context.WithCancel(context.Background())
+	run, detach := actionContext(job)
+	cancel()
+	select {
+	case <-run.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a job cancelled during the upgrade did not end its context")
+	}
+	job, cancel = context.WithCancel(context.Background())
+	run, detach2 := actionContext(job)
+	detach2()
+	cancel()
+	select {
+	case <-run.Done():
+		t.Fatal("the job's end reached the upgrade's context after the upgrade returned")
+	case <-time.After(50 * time.Millisecond):
+	}
+	detach()
+}
