@@ -69,18 +69,26 @@ func truncate(s string, n int) string {
 // offer since the last read, or offerPoll passed, and sends it if the
 // agent has not answered it.
 func (c *conn) refreshOffer(ctx context.Context, now time.Time) error {
-	n := c.svc.hub.Offers()
-	if n == c.offerSeen && now.Sub(c.offerReadAt) < offerPoll {
+	if c.svc.hub.Offers() == c.offerSeen && now.Sub(c.offerReadAt) < offerPoll {
 		return c.sendOffer(now)
 	}
-	a, err := c.svc.store.GetAgent(ctx, c.agent.ID)
-	if err != nil {
+	if err := c.readOffer(ctx, now); err != nil {
 		c.logger().WarnContext(ctx, "read agent update offer", "err", err)
 		return nil
 	}
+	return c.sendOffer(now)
+}
+
+// readOffer reads the agent's offer from the store into the stream's copy.
+func (c *conn) readOffer(ctx context.Context, now time.Time) error {
+	n := c.svc.hub.Offers()
+	a, err := c.svc.store.GetAgent(ctx, c.agent.ID)
+	if err != nil {
+		return err
+	}
 	c.offerSeen, c.offerReadAt = n, now
 	c.agent.UpdateOffer = a.UpdateOffer
-	return c.sendOffer(now)
+	return nil
 }
 
 // sendOffer sends the agent's offer, signed for it, unless there is none
@@ -123,16 +131,12 @@ func (c *conn) confirmOffer(ctx context.Context, p *agentv1.UpdateReport, now ti
 	if len(id) > 64 {
 		return true, nil // no offer id is this long (store.NewOfferID)
 	}
-	n := c.svc.hub.Offers()
-	a, err := c.svc.store.GetAgent(ctx, c.agent.ID)
-	if err != nil {
+	if err := c.readOffer(ctx, now); err != nil {
 		// Unanswered, the agent asks again at its next report.
 		c.logger().WarnContext(ctx, "read agent update offer to confirm it", "offer", id, "err", err)
 		return true, nil
 	}
-	c.offerSeen, c.offerReadAt = n, now
-	c.agent.UpdateOffer = a.UpdateOffer
-	o := a.UpdateOffer
+	o := c.agent.UpdateOffer
 	if o != nil && o.ID == id && !o.Withdrawn() {
 		c.logger().InfoContext(ctx, "agent update offer confirmed: the agent's update window is open", "offer", id)
 		return true, c.sendOfferSigned(o, now)
