@@ -639,10 +639,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	}
 	jc := sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
 		StateDir: stateDir, Timeout: job.Timeout, Component: job.Component, Mode: job.Mode, Policies: policies}
-	plans := planStore{}
-	if stateDir != "" {
-		plans.root = filepath.Join(stateDir, sdk.PlanDirName)
+	plans, err := openPlans(stateDir)
+	if err != nil {
+		return fail("component state: %v", err)
 	}
+	defer plans.close()
 	var out Outcome
 	switch {
 	case job.ApprovedPlanDigest != "" && (job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy):
@@ -659,7 +660,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	case job.ApprovedPlanDigest != "":
 		return fail("a %s job carries an approved plan digest; only an apply or a destroy can", job.Operation)
 	case sdk.IsPlan(job.Operation) && plans.root != "":
-		if jc.PlanDir, err = plans.fresh(job); err != nil {
+		if jc.PlanDir, err = plans.fresh(job, func(s string) { log(StreamSystem, "[agentd] "+s) }); err != nil {
 			return fail("plan directory: %v", err)
 		}
 	}
@@ -820,7 +821,7 @@ func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, jo
 	log(StreamSystem, "[agentd] the operator approved plan "+job.ApprovedPlanDigest+"; planning again before "+verb)
 	var err error
 	if plans.root != "" {
-		if jc.PlanDir, err = plans.fresh(job); err != nil {
+		if jc.PlanDir, err = plans.fresh(job, func(s string) { log(StreamSystem, "[agentd] "+s) }); err != nil {
 			return "", false, fail("plan directory: %v", err)
 		}
 	}

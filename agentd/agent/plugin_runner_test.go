@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "planner" {
 		sdk.ServeArgs(planner{}, os.Args[3:])
 	}
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "planter" {
+		sdk.ServeArgs(planter{}, os.Args[3:])
+	}
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "destroyer" {
 		sdk.ServeArgs(destroyer{}, os.Args[3:])
 	}
