@@ -32,6 +32,9 @@ type Instance struct {
 	desc *sdk.Description
 	// sockDir holds the plugin's gRPC socket; removed by Kill.
 	sockDir string
+	// sock is the socket the agent connects to (checked at start);
+	// closed by Kill.
+	sock *pluginSocket
 	// cgroup is the plugin's delegated cgroup, or nil; removed by Kill
 	// once the plugin's process group is gone.
 	cgroup *sandbox.Delegated
@@ -220,6 +223,7 @@ func (i *Instance) Kill() {
 		i.proxy.stop()
 		i.lease.end()
 		os.RemoveAll(i.sockDir)
+		i.sock.close()
 		if i.cgroup != nil {
 			if err := i.cgroup.Remove(); err != nil {
 				i.logger.Warn("remove the plugin's cgroup", "err", err)

@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	"github.com/byoc-dev/byoc/agentd/egress"
 	"github.com/byoc-dev/byoc/plugins/action/sandbox"
@@ -346,7 +347,8 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	logger = logger.With("plugin", typ)
 	out := newOutput(typ, logger, opt.Output)
 	stdout, stderr, rawErr := out.writer("stdout", true), out.writer("stderr", true), out.writer("stderr", false)
-	client := plugin.NewClient(&plugin.ClientConfig{
+	sock := &pluginSocket{dir: sockDir}
+	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  sdk.Handshake,
 		Plugins:          sdk.PluginMap(nil),
 		Cmd:              cmd,
@@ -361,14 +363,18 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		Stderr:       rawErr,
 		SyncStdout:   stdout,
 		SyncStderr:   stderr,
-	})
+		// Only the socket the handshake named and dial checked
+		// (pluginSocket): this dialer replaces go-plugin's.
+		GRPCDialOptions: []grpc.DialOption{grpc.WithContextDialer(sock.dial)},
+	}
+	client := plugin.NewClient(cfg)
 	if cgroupEnv != "" && cg == nil {
 		logger.Warn("no cgroup for the plugin's step limits", "why", strings.TrimPrefix(cgroupEnv, "not delegated: "))
 	}
-	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir, sandbox: l.Sandbox, cgroup: cg, proxy: px, lease: lease,
+	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir, sock: sock, sandbox: l.Sandbox, cgroup: cg, proxy: px, lease: lease,
 		out: out, writers: []*lineWriter{stdout, stderr, rawErr}}
 
-	rpc, err := dial(client)
+	rpc, err := dial(client, cfg, sock)
 	if err != nil {
 		err = strayStdout(incompatible(typ, err))
 	}
@@ -429,7 +435,19 @@ func incompatible(typ string, err error) error {
 	return &sdk.IncompatibleError{Type: typ, Plugin: sdk.ProtocolVersion{Major: major}, PluginMinorUnknown: true, Host: sdk.Protocol}
 }
 
-func dial(client *plugin.Client) (*sdk.Client, error) {
+func dial(client *plugin.Client, cfg *plugin.ClientConfig, sock *pluginSocket) (*sdk.Client, error) {
+	addr, err := client.Start()
+	if err != nil {
+		return nil, err
+	}
+	if err := sock.check(addr); err != nil {
+		// go-plugin's Kill connects to the address the plugin named, to
+		// shut it down gently: through sock.dial, which refuses. A
+		// blocking dial makes that refusal end the connection at once
+		// (not retried in the background for the process's life).
+		cfg.GRPCDialOptions = append(cfg.GRPCDialOptions, grpc.WithBlock()) //nolint:staticcheck // grpc.Dial is go-plugin's
+		return nil, err
+	}
 	proto, err := client.Client()
 	if err != nil {
 		return nil, err

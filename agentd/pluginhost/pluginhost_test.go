@@ -35,6 +35,9 @@ import (
 var builtins = map[string]sdk.Plugin{"action": action.New()}
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "rogue" {
+		rogue()
+	}
 	if len(os.Args) > 2 && os.Args[1] == "plugin" {
 		p, ok := builtins[os.Args[2]]
 		if !ok {
