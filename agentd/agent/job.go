@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -415,6 +418,18 @@ func (a *Agent) finish(j *jobRun, out Outcome) {
 	case agentv1.Outcome_OUTCOME_FAILED, agentv1.Outcome_OUTCOME_TIMED_OUT:
 		a.failedInRow.Add(1)
 	}
+	result := &agentv1.JobResult{
+		JobId: j.id, FencingToken: j.token, Outcome: out.Outcome, ExitCode: out.ExitCode,
+		Error: cutText(out.Error, MaxLineBytes), Outputs: out.Outputs, PlannedChanges: out.PlannedChanges,
+		PlanDigest:     out.PlanDigest,
+		PolicyFindings: out.PolicyFindings, Drifted: out.Drifted,
+		Verifications: verificationsToProto(out.Verifications),
+	}
+	if n := proto.Size(result); n > MaxResultBytes {
+		result = oversizeResult(result, n)
+		out.Outcome, out.Error = result.Outcome, result.Error
+		a.log.Warn("job result too large to send", "job", j.id, "attempt", j.attempt, "bytes", n)
+	}
 	a.mu.Lock()
 	if j.dropped > 0 {
 		j.nextSeq++
@@ -428,15 +443,88 @@ func (a *Agent) finish(j *jobRun, out Outcome) {
 		j.lines = append(j.lines, &agentv1.LogLine{Seq: j.nextSeq, Time: timestamppb.New(a.now()), Stream: StreamSystem,
 			Text: "[agentd] " + outcomeWord(out.Outcome) + ": " + out.Error})
 	}
-	j.result = &agentv1.JobResult{
-		JobId: j.id, FencingToken: j.token, Outcome: out.Outcome, ExitCode: out.ExitCode,
-		Error: out.Error, Outputs: out.Outputs, LastSeq: j.nextSeq, PlannedChanges: out.PlannedChanges,
-		PlanDigest:     out.PlanDigest,
-		PolicyFindings: out.PolicyFindings, Drifted: out.Drifted,
-		Verifications: verificationsToProto(out.Verifications),
-	}
+	result.LastSeq = j.nextSeq
+	j.result = result
 	a.mu.Unlock()
 	a.kickNow()
+}
+
+// MaxResultBytes bounds a job's result as the agent sends it. imsd
+// reads at most 16 MiB a message from an agent and ends the stream on a
+// larger one; a result the agent kept sending would end every stream of
+// the install's agent, again and again, and no job of it would finish.
+// What the plugin returns (outputs, planned changes, its error) is the
+// vendor's code's to choose, so the agent keeps well under that.
+const MaxResultBytes = 8 << 20
+
+// oversizeResult is what the agent sends instead of result, n bytes
+// encoded, over MaxResultBytes: the job failed (it may have done its
+// work: the error says the result, not the work, is what was lost),
+// without its outputs and planned changes, naming the largest of them.
+func oversizeResult(result *agentv1.JobResult, n int) *agentv1.JobResult {
+	type part struct {
+		name string
+		size int
+	}
+	var parts []part
+	for k, v := range result.Outputs {
+		parts = append(parts, part{"outputs." + k, len(k) + len(v)})
+	}
+	for i, c := range result.PlannedChanges {
+		parts = append(parts, part{fmt.Sprintf("planned_changes[%d] (%s)", i, cutText(c.GetAddress(), 200)), proto.Size(c)})
+	}
+	slices.SortFunc(parts, func(a, b part) int { return cmp.Or(b.size-a.size, strings.Compare(a.name, b.name)) })
+	var largest []string
+	for _, p := range parts[:min(len(parts), 5)] {
+		largest = append(largest, fmt.Sprintf("%s %s", p.name, sizeText(p.size)))
+	}
+	msg := fmt.Sprintf("the job's result is %s, over the %s an agent sends to imsd, so it was not sent", sizeText(n), sizeText(MaxResultBytes))
+	if result.Outcome == agentv1.Outcome_OUTCOME_SUCCEEDED {
+		msg = "the operation succeeded but " + msg
+	}
+	msg += fmt.Sprintf(": %d outputs, %d planned changes", len(result.Outputs), len(result.PlannedChanges))
+	if len(largest) > 0 {
+		msg += "; the largest: " + strings.Join(largest, ", ")
+	}
+	if result.Error != "" {
+		msg += "; the plugin's error: " + cutText(result.Error, 4<<10)
+	}
+	outcome := result.Outcome
+	if outcome == agentv1.Outcome_OUTCOME_SUCCEEDED {
+		outcome = agentv1.Outcome_OUTCOME_FAILED
+	}
+	small := &agentv1.JobResult{JobId: result.JobId, FencingToken: result.FencingToken, Outcome: outcome,
+		ExitCode: result.ExitCode, Error: msg, PolicyFindings: result.PolicyFindings, Drifted: result.Drifted,
+		Verifications: result.Verifications}
+	if proto.Size(small) > MaxResultBytes/2 {
+		// The findings and verifications, too, are past reason.
+		small.PolicyFindings, small.Verifications = nil, nil
+		small.Error += fmt.Sprintf("; %d policy findings and %d verifications were left out too", len(result.PolicyFindings), len(result.Verifications))
+	}
+	return small
+}
+
+// sizeText says a byte count for people.
+func sizeText(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// cutText is s cut to at most n bytes, on a rune boundary, saying so.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf(" … (%d bytes cut)", len(s)-cut)
 }
 
 // stopLocked gives up an attempt this agent no longer owns: it is

@@ -16,8 +16,27 @@ import (
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
-// maxBatch is the most log lines sent in one write.
-const maxBatch = 500
+// maxBatch is the most log lines sent in one write, and maxBatchBytes
+// the most text: 500 lines of MaxLineBytes would be 32 MiB, twice what
+// imsd reads in one message.
+const (
+	maxBatch      = 500
+	maxBatchBytes = 4 << 20
+)
+
+// batchEnd is the end of the log batch that starts at lines[from]: at
+// most maxBatch lines and maxBatchBytes of text, and at least one line.
+func batchEnd(lines []*agentv1.LogLine, from int) int {
+	end, size := from, 0
+	for end < len(lines) && end-from < maxBatch {
+		size += len(lines[end].GetText())
+		if end > from && size > maxBatchBytes {
+			break
+		}
+		end++
+	}
+	return end
+}
 
 type writeKind int
 
@@ -433,7 +452,7 @@ func (a *Agent) flush(st *agentchannel.AgentStream, ss *sessionState) error {
 			out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: ss.nextWrite, JobId: j.id, FencingToken: j.token}}})
 		}
 		for j.sent < len(j.lines) {
-			end := min(j.sent+maxBatch, len(j.lines))
+			end := batchEnd(j.lines, j.sent)
 			batch := j.lines[j.sent:end:end]
 			j.sent = end
 			ss.nextWrite++
