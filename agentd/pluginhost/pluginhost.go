@@ -365,7 +365,10 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		SyncStderr:   stderr,
 		// Only the socket the handshake named and dial checked
 		// (pluginSocket): this dialer replaces go-plugin's.
-		GRPCDialOptions: []grpc.DialOption{grpc.WithContextDialer(sock.dial)},
+		GRPCDialOptions: []grpc.DialOption{grpc.WithContextDialer(sock.dial),
+			// go-plugin takes messages of up to 2 GiB; these options come
+			// after its own, so this bound is the one in force.
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxPluginMessageBytes))},
 	}
 	client := plugin.NewClient(cfg)
 	if cgroupEnv != "" && cg == nil {
@@ -400,6 +403,13 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	inst.rpc = rpc
 	return inst, nil
 }
+
+// MaxPluginMessageBytes bounds a message the agent takes from a plugin
+// (a log event, a result): the plugin's code is the vendor's, and the
+// agent holds a whole message in memory before it can look at it. A
+// result the agent sends on to imsd is bounded more tightly still
+// (agent.MaxResultBytes); this leaves room to say how large it was.
+const MaxPluginMessageBytes = 32 << 20
 
 // unrecognized finds the line go-plugin read instead of its handshake.
 var unrecognized = regexp.MustCompile(`Unrecognized remote plugin message: ([^\n]*)`)

@@ -101,3 +101,33 @@ func TestPluginHandshakeCannotLeadTheAgentElsewhere(t *testing.T) {
 		})
 	}
 }
+
+// A plugin's message (a log event, a result) is the vendor's code's to
+// size, and go-plugin lets one be 2 GiB: the agent would hold it all in
+// memory before it could refuse it. The agent takes at most
+// MaxPluginMessageBytes; a larger one fails the operation, and one
+// under it still arrives whole.
+func TestPluginMessagesBounded(t *testing.T) {
+	dir, sum := install(t, testkit(t), "testkit")
+	l := newLoader(t)
+	l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
+	inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Kill()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	over := pluginhost.MaxPluginMessageBytes>>20 + 8
+	_, err = inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{Job: sdk.JobContext{JobID: "j", WorkDir: t.TempDir()},
+		Config: map[string]any{"mode": "big", "mb": float64(over)}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "received message larger than max") {
+		t.Fatalf("a %d MiB result: %v, want it refused", over, err)
+	}
+	under := pluginhost.MaxPluginMessageBytes>>20 - 4
+	res, err := inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{Job: sdk.JobContext{JobID: "j2", WorkDir: t.TempDir()},
+		Config: map[string]any{"mode": "big", "mb": float64(under)}}, nil)
+	if err != nil || len(res.Outputs["big"]) != under<<20 {
+		t.Fatalf("a %d MiB result: %v", under, err)
+	}
+}

@@ -1,8 +1,9 @@
 // Command testkit is an external plugin for pluginhost tests. Its Apply
 // behaves according to config "mode": ok, env, crash, hang, print (to
 // stdout, stderr and the log package), panic (in Apply),
-// goroutine-panic or sh (runs config "script" with /bin/sh, its output
-// on stdout). It has no optional capabilities.
+// goroutine-panic, big (a result of config "mb" MiB) or sh (runs config
+// "script" with /bin/sh, its output on stdout). It has no optional
+// capabilities.
 package main
 
 import (
@@ -62,6 +63,10 @@ func (testkit) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResp
 			req.Log.Stdout(l)
 		}
 		return &sdk.ApplyResponse{}, err
+	case "big":
+		// A result as large as config "mb" says, in one message.
+		mb, _ := req.Config["mb"].(float64)
+		return &sdk.ApplyResponse{Outputs: map[string]string{"big": strings.Repeat("x", int(mb)<<20)}}, nil
 	case "panic":
 		var m map[string]int
 		m["x"] = 1
