@@ -220,7 +220,7 @@ func (t *table) row(cells ...string) {
 		// A tab or newline in a cell would break the columns, and a
 		// cell may hold what an agent or a job wrote (a recording's
 		// title, a message): control sequences are shown, not obeyed.
-		cells[i] = termtext.Clean(strings.NewReplacer("\t", " ", "\n", " ").Replace(cells[i]), " ")
+		cells[i] = cellText(cells[i])
 	}
 	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
 }
@@ -234,11 +234,22 @@ func newFields(w io.Writer) *fields {
 	return &fields{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
 }
 
+// add writes one line. The value is shown, not obeyed, like a table's
+// cells: what it holds (a job's error and outputs, an agent's report) may
+// come from the vendor's code or the customer's agent, and an escape
+// sequence in it could rewrite the operator's screen or set the
+// clipboard (OSC 52); a newline or tab could forge another line.
 func (f *fields) add(key, value string) {
 	if value == "" {
 		value = "-"
 	}
-	fmt.Fprintf(f.tw, "%s:\t%s\n", key, value)
+	fmt.Fprintf(f.tw, "%s:\t%s\n", key, cellText(value))
+}
+
+// cellText is s on one line of a table or fields, control characters
+// shown, not obeyed.
+func cellText(s string) string {
+	return termtext.Clean(strings.NewReplacer("\t", " ", "\n", " ").Replace(s), " ")
 }
 
 func (f *fields) flush() error { return f.tw.Flush() }

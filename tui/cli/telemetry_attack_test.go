@@ -101,3 +101,20 @@ func TestTableCellsCleaned(t *testing.T) {
 		t.Fatalf("support recordings: %q", r.stdout)
 	}
 }
+
+// byoc job get writes what the job's code returned (its error and
+// outputs: the vendor's code chose them) as fields: escape sequences are
+// shown, not obeyed, and a newline cannot forge a field, on a terminal
+// or not.
+func TestFieldsCleaned(t *testing.T) {
+	f, _ := setup(t)
+	f.jobs = map[string]*imsv1.Job{"job_x": {Id: "job_x", InstallId: "ins_1", ComponentType: "action", Operation: "apply",
+		State: imsv1.JobState_JOB_STATE_FAILED, Error: "boom \x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\nState:  succeeded",
+		Outputs: map[string]string{"k\x1b[31m": "v\x1b]0;owned\x07"}}}
+	for _, r := range []result{mustRun(t, "job", "get", "job_x"), byocOnTerminalOut(t, "job", "get", "job_x")} {
+		if r.code != 0 || strings.ContainsAny(r.stdout, "\x1b\a") || !strings.Contains(r.stdout, "boom") ||
+			strings.Count(r.stdout, "\nState:") != 1 {
+			t.Fatalf("job get: exit %d %q %s", r.code, r.stdout, r.stderr)
+		}
+	}
+}
