@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/tui/termtext"
 )
 
 // Exit codes. A followed job that ends badly exits with the job's own exit
@@ -173,10 +174,24 @@ func (a *app) printError(msg string, code int, hint string) {
 			return
 		}
 	}
+	if a.terminal != nil && a.terminal(a.stderr) {
+		// An error may quote what a job, a workflow or an agent wrote.
+		msg, hint = termLines(msg), termLines(hint)
+	}
 	fmt.Fprintf(a.stderr, "error: %s\n", msg)
 	if hint != "" {
 		fmt.Fprintln(a.stderr, hint)
 	}
+}
+
+// termLines is s with every control character and escape sequence of
+// each line shown, not obeyed (termtext); its line breaks stay.
+func termLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = termtext.Clean(l, "\t")
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (a *app) rootCommand() *cobra.Command {

@@ -118,3 +118,21 @@ func TestFieldsCleaned(t *testing.T) {
 		}
 	}
 }
+
+// An error that quotes what a workflow, a release or an agent wrote
+// (`byoc action run --wait` ends with the run's error) shows its escape
+// sequences on a terminal, not obeys them, and keeps its line breaks.
+func TestErrorsCleanedOnTerminal(t *testing.T) {
+	var stderr bytes.Buffer
+	a := &app{stderr: &stderr, terminal: func(io.Writer) bool { return true }}
+	a.printError("run ar_1 failed: boom \x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\nsecond line", exitError, "hint \x1b[31m")
+	if got := stderr.String(); strings.ContainsAny(got, "\x1b\a") || !strings.Contains(got, "boom") || !strings.Contains(got, "\nsecond line\nhint") {
+		t.Fatalf("on a terminal: %q", got)
+	}
+	stderr.Reset()
+	a.terminal = func(io.Writer) bool { return false }
+	a.printError("exact \x1b[2J", exitError, "")
+	if got := stderr.String(); got != "error: exact \x1b[2J\n" {
+		t.Fatalf("piped: %q", got)
+	}
+}
