@@ -179,12 +179,14 @@ func (c *bgClient) list(ctx context.Context) int {
 			state, by = localState(*l, now), l.ApprovedBy
 			until = untilText(state, now, l.ExpiresAt, l.RevokedAt)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Id, state, g.Role, g.RequestedBy, oneLine(g.Reason), by, until)
+		// Every field imsd sent is the vendor's to write: shown, not
+		// obeyed, so that a request cannot rewrite what you approve.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(g.Id), state, oneLine(g.Role), oneLine(g.RequestedBy), oneLine(g.Reason), oneLine(by), until)
 	}
 	for _, l := range local.Grants {
 		if !seen[l.ID] {
 			state := localState(l, now)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, state, l.Role, l.RequestedBy, oneLine(l.Reason), l.ApprovedBy, untilText(state, now, l.ExpiresAt, l.RevokedAt))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(l.ID), state, oneLine(l.Role), oneLine(l.RequestedBy), oneLine(l.Reason), oneLine(l.ApprovedBy), untilText(state, now, l.ExpiresAt, l.RevokedAt))
 		}
 	}
 	tw.Flush()
@@ -233,9 +235,9 @@ func localState(g permissions.Grant, now time.Time) string {
 }
 
 func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 60 {
-		s = s[:57] + "..."
+	s = shown(strings.Join(strings.Fields(s), " "))
+	if r := []rune(s); len(r) > 60 {
+		s = string(r[:57]) + "..."
 	}
 	return s
 }
@@ -276,7 +278,7 @@ func (c *bgClient) approve(ctx context.Context, id string, d time.Duration, allo
 	if err != nil {
 		return c.fail(fmt.Errorf("keep the grant in %s: %w (imsd shows it approved, but this agent will not honour it)", permissions.GrantsPath(c.dir), err))
 	}
-	fmt.Fprintf(c.stdout, "approved %s: role %s for %s, until %s, by %s\n", id, g.Role, d, dec.ExpiresAt.Local().Format(time.DateTime), by)
+	fmt.Fprintf(c.stdout, "approved %s: role %s for %s, until %s, by %s\n", id, oneLine(g.Role), d, dec.ExpiresAt.Local().Format(time.DateTime), by)
 	if allowSessions {
 		fmt.Fprintf(c.stdout, "support sessions allowed under %s: each is recorded in %s (agentd session list)\n", id, sessionrec.Dir(c.dir))
 	}
@@ -293,7 +295,7 @@ func (c *bgClient) deny(ctx context.Context, id, reason string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	fmt.Fprintf(c.stdout, "denied %s (role %s, asked by %s) by %s\n", id, g.Role, g.RequestedBy, by)
+	fmt.Fprintf(c.stdout, "denied %s (role %s, asked by %s) by %s\n", id, oneLine(g.Role), oneLine(g.RequestedBy), by)
 	return 0
 }
 

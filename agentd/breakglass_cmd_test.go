@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -124,6 +125,11 @@ func TestBreakglassListUntil(t *testing.T) {
 		{Id: "bg_late", State: "approved", Role: "r", ExpireTime: ts(-time.Minute)},
 		// imsd not told yet of the revocation this agent made.
 		{Id: "bg_lrev", State: "approved", Role: "r", ExpireTime: ts(7 * time.Minute)},
+		// A request whose text would rewrite the customer's screen (move
+		// up and overwrite the role column, set the clipboard).
+		{Id: "bg_esc", State: "pending", Role: "admin\x1b[2K\x1b[1A", RequestedBy: "ops\x1b]52;c;ZWNobyBwd25lZA==\x07",
+			Reason:          "routine \x1b[8mhidden\x1b[0m \u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9",
+			DurationSeconds: 60, RequestExpireTime: ts(time.Minute)},
 	}}
 	mux := http.NewServeMux()
 	mux.Handle(agentv1connect.NewAgentServiceHandler(srv))
@@ -168,6 +174,9 @@ func TestBreakglassListUntil(t *testing.T) {
 		if !lineHas(out.String(), want...) {
 			t.Errorf("no line with %q in:\n%s", want, out.String())
 		}
+	}
+	if strings.ContainsAny(out.String(), "\x1b\a") || !utf8.ValidString(out.String()) || !lineHas(out.String(), "bg_esc", "pending", "admin", "routine") {
+		t.Errorf("the vendor's text reached the terminal as it was:\n%q", out.String())
 	}
 	for _, id := range []string{"bg_rrev", "bg_lrev"} {
 		if lineHas(out.String(), id, "in ") || lineHas(out.String(), id, "2026-") {
