@@ -515,16 +515,18 @@ func sizeText(n int) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-// cutText is s cut to at most n bytes, on a rune boundary, saying so.
+// cutText is s cut to at most n bytes in all, on a rune boundary, saying
+// so (n well over the note's length).
 func cutText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
+	note := fmt.Sprintf(" … (%d bytes cut)", len(s))
+	cut := n - len(note)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + fmt.Sprintf(" … (%d bytes cut)", len(s)-cut)
+	return s[:cut] + note
 }
 
 // stopLocked gives up an attempt this agent no longer owns: it is

@@ -3,6 +3,7 @@ package agent
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -61,6 +62,11 @@ func TestOversizeResult(t *testing.T) {
 		"the plugin's error: eee", "bytes cut)"} {
 		if !strings.Contains(small.Error, want) {
 			t.Errorf("the error %.300q… lacks %q", small.Error, want)
+		}
+	}
+	for _, in := range []string{strings.Repeat("é", 40000), strings.Repeat("x", 70000)} {
+		if got := cutText(in, MaxLineBytes); len(got) > MaxLineBytes || !utf8.ValidString(got) || !strings.HasSuffix(got, " bytes cut)") {
+			t.Errorf("cutText of %d bytes: %d bytes, valid %v, ends %q", len(in), len(got), utf8.ValidString(got), got[len(got)-20:])
 		}
 	}
 	r.Outcome = agentv1.Outcome_OUTCOME_TIMED_OUT

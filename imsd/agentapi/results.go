@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -124,16 +125,8 @@ func policyFindings(in []*agentv1.PolicyFinding) ([]store.PolicyFinding, error) 
 		case f.Source != "vendor" && f.Source != "customer":
 			return nil, fmt.Errorf("result.policy_findings[%d].source: must be vendor or customer, got %q", i, f.Source)
 		}
-		msg, pol := f.Message, f.Policy
-		if len(msg) > MaxLogLineBytes {
-			msg = msg[:MaxLogLineBytes]
-		}
-		if len(pol) > 1024 {
-			pol = pol[:1024]
-		}
-		// A cut may split a character; proto strings must be UTF-8.
-		out = append(out, store.PolicyFinding{Policy: strings.ToValidUTF8(pol, "\uFFFD"), Source: f.Source, Level: f.Level,
-			Message: strings.ToValidUTF8(msg, "\uFFFD")})
+		out = append(out, store.PolicyFinding{Policy: cutUTF8(f.Policy, 1024), Source: f.Source, Level: f.Level,
+			Message: cutUTF8(f.Message, MaxLogLineBytes)})
 	}
 	return out, nil
 }
@@ -151,12 +144,7 @@ func verifications(in []*agentv1.ArtifactVerification) ([]store.ArtifactVerifica
 	if len(in) > maxVerifications {
 		return nil, fmt.Errorf("result.verifications: %d, at most %d", len(in), maxVerifications)
 	}
-	cut := func(s string) string {
-		if len(s) > maxVerificationString {
-			s = s[:maxVerificationString]
-		}
-		return strings.ToValidUTF8(s, "\uFFFD")
-	}
+	cut := func(s string) string { return cutUTF8(s, maxVerificationString) }
 	var out []store.ArtifactVerification
 	for i, v := range in {
 		if !store.ValidVerdict(v.Verdict) {
@@ -175,4 +163,19 @@ func verifications(in []*agentv1.ArtifactVerification) ([]store.ArtifactVerifica
 		out = append(out, sv)
 	}
 	return out, nil
+}
+
+// cutUTF8 is s cut to at most n bytes without splitting a character:
+// what an agent sends is stored as text, and PostgreSQL refuses a byte
+// sequence that is not UTF-8 (a result cut mid-character would never be
+// stored, and the agent would send it again and again).
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return strings.ToValidUTF8(s, "\uFFFD")
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.ToValidUTF8(s[:cut], "\uFFFD")
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -96,5 +97,42 @@ func TestResultWithoutDigestStoresNoDeepPlannedValue(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s: before %d bytes, summary %q", c.Address, len(c.Before), c.Summary))
 		}
 		t.Fatalf("stored job %s with changes %q, want succeeded with the deep value left out and said so", j.State, got)
+	}
+}
+
+// A result's error over MaxLogLineBytes is cut without splitting a
+// character: a string cut mid-character is not UTF-8, which PostgreSQL
+// refuses to store and protobuf refuses to send (byoc job get would fail
+// on the job for good).
+func TestLongErrorCutOnACharacter(t *testing.T) {
+	e := newStreamEnv(t)
+	ctx := context.Background()
+	if err := e.st.EnqueueJob(ctx, store.Job{ID: "job_1", InstallID: "ins_1", ComponentType: "action", Operation: "apply",
+		Config: []byte(`{}`), MaxAttempts: 1, Timeout: time.Minute, CreatedAt: e.clk.Now(), CreatedBy: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := e.open(t, "inst-a")
+	cs.next(t) // welcome
+	as := cs.next(t).GetAssignment()
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: 1, JobId: "job_1", FencingToken: as.FencingToken}}}
+	if acc := cs.next(t).GetAccepted(); acc == nil {
+		t.Fatal("want the ack accepted")
+	}
+	long := "x" + strings.Repeat("é", MaxLogLineBytes) // "é" is two bytes: the cut falls inside one
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
+		WriteId: 2, JobId: "job_1", FencingToken: as.FencingToken, Outcome: agentv1.Outcome_OUTCOME_FAILED, Error: long,
+		PolicyFindings: []*agentv1.PolicyFinding{{Policy: strings.Repeat("é", 600) + "x", Source: "customer", Level: "warn", Message: long}}}}}
+	if acc := cs.next(t).GetAccepted(); acc == nil || acc.WriteId != 2 {
+		t.Fatal("want the result accepted")
+	}
+	j, err := e.st.GetJob(ctx, "job_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.ValidString(j.Error) || len(j.Error) > MaxLogLineBytes || len(j.Error) < MaxLogLineBytes-1 || strings.ContainsRune(j.Error, utf8.RuneError) {
+		t.Fatalf("stored error: %d bytes, valid UTF-8 %v", len(j.Error), utf8.ValidString(j.Error))
+	}
+	if f := j.PolicyFindings; len(f) != 1 || !utf8.ValidString(f[0].Message) || !utf8.ValidString(f[0].Policy) || strings.ContainsRune(f[0].Policy, utf8.RuneError) {
+		t.Fatalf("stored findings: %+v", f)
 	}
 }
