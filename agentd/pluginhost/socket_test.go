@@ -108,14 +108,10 @@ func TestPluginHandshakeCannotLeadTheAgentElsewhere(t *testing.T) {
 // MaxPluginMessageBytes; a larger one fails the operation, and one
 // under it still arrives whole.
 func TestPluginMessagesBounded(t *testing.T) {
-	dir, sum := install(t, testkit(t), "testkit")
-	l := newLoader(t)
-	l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
-	inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()})
+	inst, err := startTestkit(t, nil, &outputLines{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer inst.Kill()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	over := pluginhost.MaxPluginMessageBytes>>20 + 8
