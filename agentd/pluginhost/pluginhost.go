@@ -455,7 +455,8 @@ func dial(client *plugin.Client, cfg *plugin.ClientConfig, sock *pluginSocket) (
 		// shut it down gently: through sock.dial, which refuses. A
 		// blocking dial makes that refusal end the connection at once
 		// (not retried in the background for the process's life).
-		cfg.GRPCDialOptions = append(cfg.GRPCDialOptions, grpc.WithBlock()) //nolint:staticcheck // grpc.Dial is go-plugin's
+		//lint:ignore SA1019 go-plugin dials with grpc.Dial, which honours it
+		cfg.GRPCDialOptions = append(cfg.GRPCDialOptions, grpc.WithBlock())
 		return nil, err
 	}
 	proto, err := client.Client()
