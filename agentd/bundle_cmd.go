@@ -231,7 +231,26 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	for _, r := range m.PluginReleases {
 		extra = append(extra, bundleload.Load{Repository: r.Repository, Target: r.Repository, Digest: digest.Digest(r.Digest)})
 	}
-	st, err := loadArtifacts(ctx, jobs, bundleload.Source{Layout: ocicopy.Registry{LayoutRoot: layout}, Bundle: bdl}, reg, creds, extra)
+	// An image the customer's supply-chain policy refuses stays out of
+	// the install registry, as online (its job's check runs before the
+	// copy): whatever the install's cluster pulls from there passed it.
+	// Its job is refused in its turn.
+	refused := map[agentproto.BundleArtifact]bool{}
+	for i := range jobs {
+		art, ok, err := jobs[i].Artifact()
+		if err != nil || !ok || refused[art] {
+			continue
+		}
+		why, err := a.OfflineImageRefusal(ctx, runner, &jobs[i], "oci:"+layout)
+		if err != nil {
+			return fmt.Errorf("%s: step %s: %w", file, jobs[i].Step, err)
+		}
+		if why != "" {
+			refused[art] = true
+			fmt.Fprintf(stdout, "image %s@%s (step %s) not loaded into the install registry: %s\n", art.Repository, art.Digest, jobs[i].Step, why)
+		}
+	}
+	st, err := loadArtifacts(ctx, jobs, bundleload.Source{Layout: ocicopy.Registry{LayoutRoot: layout}, Bundle: bdl}, reg, creds, extra, refused)
 	if errors.Is(err, bundlefile.ErrTampered) {
 		return fmt.Errorf("%s refused, no image was loaded (the install registry may hold blobs of it that nothing references): %w", file, err)
 	}
@@ -426,14 +445,19 @@ func outcomeWord(o agentv1.Outcome) string {
 }
 
 // loadArtifacts copies every artifact the bundle's jobs read (images'
-// sources, charts and modules by digest) from the bundle's layout root
-// into the install registry, at the repository each job reads it from.
+// sources, charts and modules by digest) but those refused from the
+// bundle's layout root into the install registry, at the repository each
+// job reads it from.
 // A chart or module the bundle left out (the install held it when the
 // bundle was made) must be in the install registry whole: otherwise
 // nothing is loaded and the error names the step.
-func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, src bundleload.Source, reg ocicopy.Registry, creds ocicopy.Credentials, extra []bundleload.Load) (bundleload.LoadStats, error) {
+func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, src bundleload.Source, reg ocicopy.Registry, creds ocicopy.Credentials, extra []bundleload.Load, refused map[agentproto.BundleArtifact]bool) (bundleload.LoadStats, error) {
 	loads := slices.Clone(extra)
-	seen := map[agentproto.BundleArtifact]bool{}
+	// An artifact refused is not loaded: seen already.
+	seen := maps.Clone(refused)
+	if seen == nil {
+		seen = map[agentproto.BundleArtifact]bool{}
+	}
 	held := 0
 	for i := range jobs {
 		j := &jobs[i]

@@ -142,6 +142,34 @@ func (a *Agent) RunOffline(ctx context.Context, oj OfflineJob, logf func(stream 
 	return finish(out), nil
 }
 
+// OfflineImageRefusal is why the customer's supply-chain policy refuses
+// the image bundle job j copies from vendorRegistry (the bundle's layout
+// root, oci:DIR), decided as the job's own check decides it when the job
+// runs: "" when that check lets it run (no policy, verified, warned
+// only), or for a job that is not an image's plan or apply. It records
+// nothing. agentd bundle import asks it before it loads the bundle's
+// images into the install registry: an image the policy refuses is not
+// loaded, as online its job's check runs before the copy, so nothing
+// the install's cluster may pull from there bypasses the policy. The
+// job is refused (and journalled) in its turn.
+func (a *Agent) OfflineImageRefusal(ctx context.Context, r *PluginRunner, j *agentproto.BundleJob, vendorRegistry string) (string, error) {
+	if j.ComponentType != agentproto.ImageType {
+		return "", nil
+	}
+	config, err := j.DecodeConfig()
+	if err != nil {
+		return "", err
+	}
+	job := Job{ID: j.JobID, InstallID: j.InstallID, Attempt: int32(j.Attempt), ComponentType: j.ComponentType, Component: j.Component,
+		Operation: j.Operation, Config: config, Mode: j.Mode, SupplyChain: a.supplyChain,
+		registryEnv: RegistryAccess{Host: vendorRegistry}.Env()}
+	_, err = r.supplyChainVerdict(ctx, job, config, func(int32, string) {}, func(string, map[string]string) {})
+	if err != nil {
+		return err.Error(), nil
+	}
+	return "", nil
+}
+
 // outcomeName is an outcome's name without its prefix ("succeeded").
 func outcomeName(o agentv1.Outcome) string {
 	switch o {

@@ -11,7 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
@@ -140,6 +146,74 @@ func TestBundleJobsOpenOnlyForTheirAgent(t *testing.T) {
 	} {
 		if _, err := a.OpenBundleJobs(sealed); err == nil || !strings.Contains(err.Error(), "does not open with this agent's key") {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// An offline bundle's image is checked against the customer's
+// supply-chain policy where its job's plugin copies it from, the
+// bundle's OCI layout root (oci:DIR), as online in the vendor registry:
+// signed by imsd's key, it passes; unsigned, it is refused for that
+// (not because the check took oci:DIR for a registry's host name). The
+// job's own check (its vendor registry the layout, as RunOffline gives
+// it) and OfflineImageRefusal, which agentd bundle import asks before
+// it loads the bundle's images, decide alike.
+func TestOfflineImageSupplyChain(t *testing.T) {
+	ctx := t.Context()
+	_, imsdKey, _ := ed25519.GenerateKey(nil)
+	dir := t.TempDir()
+	a := offlineAgent(t, dir, imsdKey, &runRecorder{})
+	if _, err := permissions.Update(dir, time.Now(), "test", func(s *permissions.State) {
+		s.SupplyChain = permissions.SupplyChainPolicy{RequireSignature: true}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	layout := t.TempDir()
+	repo, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: layout}, "acme/web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	signed, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: 1, Layers: []int64{64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ocisign.Sign(ctx, repo, signed, ocisign.ArtifactType, "", imsdKey); err != nil {
+		t.Fatal(err)
+	}
+	unsigned, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: 2, Layers: []int64{64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &PluginRunner{InstallRegistry: "oci:" + t.TempDir()}
+	for _, c := range []struct {
+		name string
+		dg   digest.Digest
+		want []string
+	}{
+		{"signed", signed.Digest, nil},
+		{"unsigned", unsigned.Digest, []string{"rule require-signature", "acme/web@" + unsigned.Digest.String(), "it has no signature"}},
+	} {
+		j := bundleJob(t, imsdKey, "ins_1", "agt_1", "job_"+c.name, time.Now().Add(time.Hour))
+		j.ComponentType, j.Config = agentproto.ImageType, json.RawMessage(`{"source":"acme/web@`+c.dg.String()+`"}`)
+		why, err := a.OfflineImageRefusal(ctx, r, &j, "oci:"+layout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		config, _ := j.DecodeConfig()
+		job := Job{ID: j.JobID, Component: "web", ComponentType: j.ComponentType, Operation: j.Operation, SupplyChain: a.supplyChain,
+			registryEnv: RegistryAccess{Host: "oci:" + layout}.Env()}
+		_, runErr := r.checkSupplyChain(ctx, job, config, func(int32, string) {})
+		if c.want == nil {
+			if why != "" || runErr != nil {
+				t.Fatalf("%s: refused before the load (%q) or when it runs (%v)", c.name, why, runErr)
+			}
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(why, w) || runErr == nil || !strings.Contains(runErr.Error(), w) {
+				t.Fatalf("%s: refusal before the load %q, when it runs %v: want both to say %q", c.name, why, runErr, w)
+			}
 		}
 	}
 }
