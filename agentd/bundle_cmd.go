@@ -43,7 +43,8 @@ modules) into the install registry, the layers straight from the bundle
 (they are not unpacked), each checked against the manifest as it streams:
 a layer that does not match refuses the import, naming it, before any
 image is loaded (blobs the registry holds already are not sent; it prints
-the blob bytes it moved) and runs the workflow's jobs in order, each through the checks
+the blob bytes it moved; an image the supply-chain policy refuses is not
+loaded) and runs the workflow's jobs in order, each through the checks
 an assigned job passes: the customer's permission modes, maintenance
 windows, policies and supply-chain policy, in the plugin sandbox. The
 audit records go into the agent's journal; the results into
