@@ -39,7 +39,7 @@ func TestBundleSupplyChainImagesOffline(t *testing.T) {
 	c.ims.Stop()
 
 	out, code := agentdBundle(t, state, "import", file)
-	if code != 1 || !strings.Contains(out, "image acme/rogue@"+rogue.Digest.String()+" (step multi) not loaded into the install registry: supply-chain policy (rule require-signature)") ||
+	if code != 1 || !strings.Contains(out, "step multi: acme/rogue@"+rogue.Digest.String()+" (config.source) not loaded into the install registry: supply-chain policy (rule require-signature)") ||
 		!strings.Contains(out, "artifacts: 1 loaded into the install registry") || !strings.Contains(out, "1 of 2 steps did not succeed") {
 		t.Fatalf("import: exit %d:\n%s", code, out)
 	}

@@ -142,27 +142,26 @@ func (a *Agent) RunOffline(ctx context.Context, oj OfflineJob, logf func(stream 
 	return finish(out), nil
 }
 
-// OfflineImageRefusal is why the customer's supply-chain policy refuses
-// the image bundle job j copies from vendorRegistry (the bundle's layout
-// root, oci:DIR), decided as the job's own check decides it when the job
-// runs: "" when that check lets it run (no policy, verified, warned
-// only), or for a job that is not an image's plan or apply. It records
-// nothing. agentd bundle import asks it before it loads the bundle's
-// images into the install registry: an image the policy refuses is not
-// loaded, as online its job's check runs before the copy, so nothing
-// the install's cluster may pull from there bypasses the policy. The
-// job is refused (and journalled) in its turn.
-func (a *Agent) OfflineImageRefusal(ctx context.Context, r *PluginRunner, j *agentproto.BundleJob, vendorRegistry string) (string, error) {
-	if j.ComponentType != agentproto.ImageType {
-		return "", nil
-	}
+// OfflineArtifactRefusal is why the customer's supply-chain policy
+// refuses the artifact bundle job j deploys (an image's source, a chart, a
+// module), read from the bundle's layout root layout (oci:DIR) before it
+// is loaded into the install registry, decided as the job's own check
+// decides it when the job runs: "" when that check would let it run (no
+// policy, verified, warned only), or for a job that deploys none. It
+// records nothing. agentd bundle import asks it for every artifact it
+// would load: one the policy refuses is not loaded, as online an image's
+// check runs before its copy, so nothing the install's cluster may pull
+// from the install registry got there past the policy (a chart or module
+// field may name any artifact, an image too). The job is refused, and
+// journalled, in its turn.
+func (a *Agent) OfflineArtifactRefusal(ctx context.Context, r *PluginRunner, j *agentproto.BundleJob, layout string) (string, error) {
 	config, err := j.DecodeConfig()
 	if err != nil {
 		return "", err
 	}
 	job := Job{ID: j.JobID, InstallID: j.InstallID, Attempt: int32(j.Attempt), ComponentType: j.ComponentType, Component: j.Component,
 		Operation: j.Operation, Config: config, Mode: j.Mode, SupplyChain: a.supplyChain,
-		registryEnv: RegistryAccess{Host: vendorRegistry}.Env()}
+		registryEnv: RegistryAccess{Host: layout}.Env(), artifactRegistry: layout}
 	_, err = r.supplyChainVerdict(ctx, job, config, func(int32, string) {}, func(string, map[string]string) {})
 	if err != nil {
 		return err.Error(), nil

@@ -150,15 +150,16 @@ func TestBundleJobsOpenOnlyForTheirAgent(t *testing.T) {
 	}
 }
 
-// An offline bundle's image is checked against the customer's
-// supply-chain policy where its job's plugin copies it from, the
-// bundle's OCI layout root (oci:DIR), as online in the vendor registry:
-// signed by imsd's key, it passes; unsigned, it is refused for that
-// (not because the check took oci:DIR for a registry's host name). The
-// job's own check (its vendor registry the layout, as RunOffline gives
-// it) and OfflineImageRefusal, which agentd bundle import asks before
-// it loads the bundle's images, decide alike.
-func TestOfflineImageSupplyChain(t *testing.T) {
+// An offline bundle's artifact is checked against the customer's
+// supply-chain policy where it is before the import loads it, the
+// bundle's OCI layout root (oci:DIR), as online an image is in the vendor
+// registry: signed by imsd's key, it passes; unsigned, it is refused for
+// that (not because the check took oci:DIR for a registry's host name).
+// For an image, the job's own check when it runs (its vendor registry the
+// layout, as RunOffline gives it) decides alike. A chart or module field
+// may name an image too: checked in the layout likewise, before the
+// install registry holds it.
+func TestOfflineArtifactSupplyChain(t *testing.T) {
 	ctx := t.Context()
 	_, imsdKey, _ := ed25519.GenerateKey(nil)
 	dir := t.TempDir()
@@ -185,34 +186,48 @@ func TestOfflineImageSupplyChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The install registry holds neither.
 	r := &PluginRunner{InstallRegistry: "oci:" + t.TempDir()}
+	refusal := []string{"rule require-signature", "acme/web@" + unsigned.Digest.String(), "it has no signature"}
 	for _, c := range []struct {
-		name string
-		dg   digest.Digest
-		want []string
+		typ, field string
+		dg         digest.Digest
+		want       []string
 	}{
-		{"signed", signed.Digest, nil},
-		{"unsigned", unsigned.Digest, []string{"rule require-signature", "acme/web@" + unsigned.Digest.String(), "it has no signature"}},
+		{agentproto.ImageType, "source", signed.Digest, nil},
+		{agentproto.ImageType, "source", unsigned.Digest, refusal},
+		{"helm", "chart", signed.Digest, nil},
+		{"helm", "chart", unsigned.Digest, refusal},
+		{"terraform", "module", unsigned.Digest, refusal},
 	} {
-		j := bundleJob(t, imsdKey, "ins_1", "agt_1", "job_"+c.name, time.Now().Add(time.Hour))
-		j.ComponentType, j.Config = agentproto.ImageType, json.RawMessage(`{"source":"acme/web@`+c.dg.String()+`"}`)
-		why, err := a.OfflineImageRefusal(ctx, r, &j, "oci:"+layout)
+		name := c.typ + " " + c.dg.Encoded()[:8]
+		j := bundleJob(t, imsdKey, "ins_1", "agt_1", "job_1", time.Now().Add(time.Hour))
+		j.ComponentType, j.Config = c.typ, json.RawMessage(`{"`+c.field+`":"acme/web@`+c.dg.String()+`"}`)
+		why, err := a.OfflineArtifactRefusal(ctx, r, &j, "oci:"+layout)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if c.want == nil && why != "" {
+			t.Fatalf("%s: refused before the load: %s", name, why)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(why, w) {
+				t.Fatalf("%s: refusal before the load %q, want it to say %q", name, why, w)
+			}
+		}
+		if c.typ != agentproto.ImageType {
+			continue
 		}
 		config, _ := j.DecodeConfig()
 		job := Job{ID: j.JobID, Component: "web", ComponentType: j.ComponentType, Operation: j.Operation, SupplyChain: a.supplyChain,
 			registryEnv: RegistryAccess{Host: "oci:" + layout}.Env()}
 		_, runErr := r.checkSupplyChain(ctx, job, config, func(int32, string) {})
-		if c.want == nil {
-			if why != "" || runErr != nil {
-				t.Fatalf("%s: refused before the load (%q) or when it runs (%v)", c.name, why, runErr)
-			}
-			continue
+		if (runErr == nil) != (c.want == nil) {
+			t.Fatalf("%s: when it runs: %v", name, runErr)
 		}
 		for _, w := range c.want {
-			if !strings.Contains(why, w) || runErr == nil || !strings.Contains(runErr.Error(), w) {
-				t.Fatalf("%s: refusal before the load %q, when it runs %v: want both to say %q", c.name, why, runErr, w)
+			if !strings.Contains(runErr.Error(), w) {
+				t.Fatalf("%s: refusal when it runs %q, want it to say %q", name, runErr, w)
 			}
 		}
 	}

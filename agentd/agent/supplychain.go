@@ -133,6 +133,14 @@ func (r *PluginRunner) supplyChainArtifact(job Job, config map[string]any) (arti
 			a.creds = ocicopy.Credentials{AccessToken: env[VendorTokenEnv]}
 			return a, true, nil
 		}
+		if job.artifactRegistry != "" {
+			reg, err := ocicopy.ParseRegistry(job.artifactRegistry)
+			if err != nil {
+				return a, false, fmt.Errorf("registry %q: %w", job.artifactRegistry, err)
+			}
+			a.reg = reg
+			return a, true, nil
+		}
 		reg, err := ocicopy.ParseRegistry(r.InstallRegistry)
 		if err != nil {
 			return a, false, fmt.Errorf("install registry %q: %w", r.InstallRegistry, err)
