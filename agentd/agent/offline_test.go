@@ -18,6 +18,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
@@ -193,16 +194,25 @@ func TestOfflineArtifactSupplyChain(t *testing.T) {
 		typ, field string
 		dg         digest.Digest
 		want       []string
+		op         string // default apply
 	}{
-		{agentproto.ImageType, "source", signed.Digest, nil},
-		{agentproto.ImageType, "source", unsigned.Digest, refusal},
-		{"helm", "chart", signed.Digest, nil},
-		{"helm", "chart", unsigned.Digest, refusal},
-		{"terraform", "module", unsigned.Digest, refusal},
+		{agentproto.ImageType, "source", signed.Digest, nil, ""},
+		{agentproto.ImageType, "source", unsigned.Digest, refusal, ""},
+		{"helm", "chart", signed.Digest, nil, ""},
+		{"helm", "chart", unsigned.Digest, refusal, ""},
+		{"terraform", "module", unsigned.Digest, refusal, ""},
+		// Whatever the operation names: the import would load it all
+		// the same (a drift check is never blocked when it runs, but
+		// loads nothing past the policy either).
+		{agentproto.ImageType, "source", unsigned.Digest, refusal, sdk.OpDrift},
+		{"helm", "chart", unsigned.Digest, refusal, sdk.OpPlan},
 	} {
-		name := c.typ + " " + c.dg.Encoded()[:8]
+		name := c.typ + " " + c.dg.Encoded()[:8] + " " + c.op
 		j := bundleJob(t, imsdKey, "ins_1", "agt_1", "job_1", time.Now().Add(time.Hour))
 		j.ComponentType, j.Config = c.typ, json.RawMessage(`{"`+c.field+`":"acme/web@`+c.dg.String()+`"}`)
+		if c.op != "" {
+			j.Operation = c.op
+		}
 		why, err := a.OfflineArtifactRefusal(ctx, r, &j, "oci:"+layout)
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +225,7 @@ func TestOfflineArtifactSupplyChain(t *testing.T) {
 				t.Fatalf("%s: refusal before the load %q, want it to say %q", name, why, w)
 			}
 		}
-		if c.typ != agentproto.ImageType {
+		if c.typ != agentproto.ImageType || c.op != "" {
 			continue
 		}
 		config, _ := j.DecodeConfig()
