@@ -43,7 +43,8 @@ modules) into the install registry, the layers straight from the bundle
 (they are not unpacked), each checked against the manifest as it streams:
 a layer that does not match refuses the import, naming it, before any
 image is loaded (blobs the registry holds already are not sent; it prints
-the blob bytes it moved) and runs the workflow's jobs in order, each through the checks
+the blob bytes it moved; an artifact the supply-chain policy refuses is
+not loaded) and runs the workflow's jobs in order, each through the checks
 an assigned job passes: the customer's permission modes, maintenance
 windows, policies and supply-chain policy, in the plugin sandbox. The
 audit records go into the agent's journal; the results into
@@ -231,7 +232,19 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	for _, r := range m.PluginReleases {
 		extra = append(extra, bundleload.Load{Repository: r.Repository, Target: r.Repository, Digest: digest.Digest(r.Digest)})
 	}
-	st, err := loadArtifacts(ctx, jobs, bundleload.Source{Layout: ocicopy.Registry{LayoutRoot: layout}, Bundle: bdl}, reg, creds, extra)
+	// An artifact the customer's supply-chain policy refuses stays out
+	// of the install registry, as online (an image's check runs before
+	// its copy): whatever the install's cluster pulls from there passed
+	// it. Its job is refused in its turn.
+	refusal := func(j *agentproto.BundleJob, art agentproto.BundleArtifact) (bool, error) {
+		why, err := a.OfflineArtifactRefusal(ctx, runner, j, "oci:"+layout)
+		if err != nil || why == "" {
+			return false, err
+		}
+		fmt.Fprintf(stdout, "step %s: %s@%s (config.%s) not loaded into the install registry: %s\n", j.Step, art.Repository, art.Digest, art.Field, why)
+		return true, nil
+	}
+	st, err := loadArtifacts(ctx, jobs, bundleload.Source{Layout: ocicopy.Registry{LayoutRoot: layout}, Bundle: bdl}, reg, creds, extra, refusal)
 	if errors.Is(err, bundlefile.ErrTampered) {
 		return fmt.Errorf("%s refused, no image was loaded (the install registry may hold blobs of it that nothing references): %w", file, err)
 	}
@@ -427,11 +440,13 @@ func outcomeWord(o agentv1.Outcome) string {
 
 // loadArtifacts copies every artifact the bundle's jobs read (images'
 // sources, charts and modules by digest) from the bundle's layout root
-// into the install registry, at the repository each job reads it from.
+// into the install registry, at the repository each job reads it from,
+// but those refused says to leave out.
 // A chart or module the bundle left out (the install held it when the
 // bundle was made) must be in the install registry whole: otherwise
 // nothing is loaded and the error names the step.
-func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, src bundleload.Source, reg ocicopy.Registry, creds ocicopy.Credentials, extra []bundleload.Load) (bundleload.LoadStats, error) {
+func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, src bundleload.Source, reg ocicopy.Registry, creds ocicopy.Credentials, extra []bundleload.Load,
+	refused func(*agentproto.BundleJob, agentproto.BundleArtifact) (bool, error)) (bundleload.LoadStats, error) {
 	loads := slices.Clone(extra)
 	seen := map[agentproto.BundleArtifact]bool{}
 	held := 0
@@ -454,6 +469,11 @@ func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, src bundlel
 				return bundleload.LoadStats{}, fmt.Errorf("step %s: %s %s@%s is not in the bundle, and the install registry does not hold it whole: %w", j.Step, art.Field, art.Target, dg, err)
 			}
 			held++
+			continue
+		}
+		if no, err := refused(j, art); err != nil {
+			return bundleload.LoadStats{}, fmt.Errorf("step %s: %w", j.Step, err)
+		} else if no {
 			continue
 		}
 		loads = append(loads, bundleload.Load{Repository: art.Repository, Target: art.Target, Digest: dg})

@@ -201,7 +201,7 @@ func installCmd(ctx context.Context, stateDir, registry, platform, refArg string
 			return fail(err)
 		}
 		defer dst.Close()
-		if _, err := ocicopy.Copy(ctx, src, dst, ref.Digest, ocicopy.Options{}); err != nil {
+		if _, err := ocicopy.Copy(ctx, src, dst, ref.Digest, ocicopy.Options{RefuseImageReferrers: true}); err != nil {
 			return refuse(fmt.Errorf("copy %s into the install registry %s: %w", refArg, reg, err))
 		}
 	}

@@ -624,7 +624,7 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 			return err
 		}
 		defer dst.Close()
-		if _, err := ocicopy.Copy(ctx, src, dst, ref.Digest, ocicopy.Options{}); err != nil {
+		if _, err := ocicopy.Copy(ctx, src, dst, ref.Digest, ocicopy.Options{RefuseImageReferrers: true}); err != nil {
 			return u.refuse(refArg, causeDownload, fmt.Errorf("copy %s into the install registry %s: %w", refArg, reg, err))
 		}
 	}

@@ -86,6 +86,10 @@ type Job struct {
 	// credEnv is the job's mode credentials' environment (which may
 	// carry the install registry's credentials on a cloud stack).
 	credEnv map[string]string
+	// artifactRegistry, when set, is where the supply-chain check reads
+	// a chart or module named by repository, instead of the install
+	// registry (an offline bundle's layout root, before it is loaded).
+	artifactRegistry string
 }
 
 // Outcome is how a job ended.

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -140,6 +141,36 @@ func (a *Agent) RunOffline(ctx context.Context, oj OfflineJob, logf func(stream 
 		out = Outcome{Outcome: agentv1.Outcome_OUTCOME_CANCELLED, ExitCode: -1, Error: "cancelled: " + context.Cause(ctx).Error()}
 	}
 	return finish(out), nil
+}
+
+// OfflineArtifactRefusal is why the customer's supply-chain policy
+// refuses the artifact bundle job j deploys (an image's source, a chart, a
+// module), read from the bundle's layout root layout (oci:DIR) before it
+// is loaded into the install registry, decided as the job's own check
+// decides it for an apply: "" when that check would let it run (no
+// policy, verified, warned only), or for a job that deploys none. It
+// records nothing. agentd bundle import asks it for every artifact it
+// would load: one the policy refuses is not loaded, as online an image's
+// check runs before its copy, so nothing the install's cluster may pull
+// from the install registry got there past the policy (a chart or module
+// field may name any artifact, an image too). A plan, apply or import
+// of it is refused, and journalled, in its turn.
+func (a *Agent) OfflineArtifactRefusal(ctx context.Context, r *PluginRunner, j *agentproto.BundleJob, layout string) (string, error) {
+	config, err := j.DecodeConfig()
+	if err != nil {
+		return "", err
+	}
+	// Checked as an apply's whatever the job's operation: the import
+	// loads the artifact of a drift check too, and a job's operation
+	// must not decide what enters the install registry unchecked.
+	job := Job{ID: j.JobID, InstallID: j.InstallID, Attempt: int32(j.Attempt), ComponentType: j.ComponentType, Component: j.Component,
+		Operation: sdk.OpApply, Config: config, Mode: j.Mode, SupplyChain: a.supplyChain,
+		registryEnv: RegistryAccess{Host: layout}.Env(), artifactRegistry: layout}
+	_, err = r.supplyChainVerdict(ctx, job, config, func(int32, string) {}, func(string, map[string]string) {})
+	if err != nil {
+		return err.Error(), nil
+	}
+	return "", nil
 }
 
 // outcomeName is an outcome's name without its prefix ("succeeded").

@@ -11,7 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
@@ -140,6 +147,98 @@ func TestBundleJobsOpenOnlyForTheirAgent(t *testing.T) {
 	} {
 		if _, err := a.OpenBundleJobs(sealed); err == nil || !strings.Contains(err.Error(), "does not open with this agent's key") {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// An offline bundle's artifact is checked against the customer's
+// supply-chain policy where it is before the import loads it, the
+// bundle's OCI layout root (oci:DIR), as online an image is in the vendor
+// registry: signed by imsd's key, it passes; unsigned, it is refused for
+// that (not because the check took oci:DIR for a registry's host name).
+// For an image, the job's own check when it runs (its vendor registry the
+// layout, as RunOffline gives it) decides alike. A chart or module field
+// may name an image too: checked in the layout likewise, before the
+// install registry holds it.
+func TestOfflineArtifactSupplyChain(t *testing.T) {
+	ctx := t.Context()
+	_, imsdKey, _ := ed25519.GenerateKey(nil)
+	dir := t.TempDir()
+	a := offlineAgent(t, dir, imsdKey, &runRecorder{})
+	if _, err := permissions.Update(dir, time.Now(), "test", func(s *permissions.State) {
+		s.SupplyChain = permissions.SupplyChainPolicy{RequireSignature: true}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	layout := t.TempDir()
+	repo, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: layout}, "acme/web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	signed, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: 1, Layers: []int64{64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ocisign.Sign(ctx, repo, signed, ocisign.ArtifactType, "", imsdKey); err != nil {
+		t.Fatal(err)
+	}
+	unsigned, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: 2, Layers: []int64{64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The install registry holds neither.
+	r := &PluginRunner{InstallRegistry: "oci:" + t.TempDir()}
+	refusal := []string{"rule require-signature", "acme/web@" + unsigned.Digest.String(), "it has no signature"}
+	for _, c := range []struct {
+		typ, field string
+		dg         digest.Digest
+		want       []string
+		op         string // default apply
+	}{
+		{agentproto.ImageType, "source", signed.Digest, nil, ""},
+		{agentproto.ImageType, "source", unsigned.Digest, refusal, ""},
+		{"helm", "chart", signed.Digest, nil, ""},
+		{"helm", "chart", unsigned.Digest, refusal, ""},
+		{"terraform", "module", unsigned.Digest, refusal, ""},
+		// Whatever the operation names: the import would load it all
+		// the same (a drift check is never blocked when it runs, but
+		// loads nothing past the policy either).
+		{agentproto.ImageType, "source", unsigned.Digest, refusal, sdk.OpDrift},
+		{"helm", "chart", unsigned.Digest, refusal, sdk.OpPlan},
+	} {
+		name := c.typ + " " + c.dg.Encoded()[:8] + " " + c.op
+		j := bundleJob(t, imsdKey, "ins_1", "agt_1", "job_1", time.Now().Add(time.Hour))
+		j.ComponentType, j.Config = c.typ, json.RawMessage(`{"`+c.field+`":"acme/web@`+c.dg.String()+`"}`)
+		if c.op != "" {
+			j.Operation = c.op
+		}
+		why, err := a.OfflineArtifactRefusal(ctx, r, &j, "oci:"+layout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.want == nil && why != "" {
+			t.Fatalf("%s: refused before the load: %s", name, why)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(why, w) {
+				t.Fatalf("%s: refusal before the load %q, want it to say %q", name, why, w)
+			}
+		}
+		if c.typ != agentproto.ImageType || c.op != "" {
+			continue
+		}
+		config, _ := j.DecodeConfig()
+		job := Job{ID: j.JobID, Component: "web", ComponentType: j.ComponentType, Operation: j.Operation, SupplyChain: a.supplyChain,
+			registryEnv: RegistryAccess{Host: "oci:" + layout}.Env()}
+		_, runErr := r.checkSupplyChain(ctx, job, config, func(int32, string) {})
+		if (runErr == nil) != (c.want == nil) {
+			t.Fatalf("%s: when it runs: %v", name, runErr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(runErr.Error(), w) {
+				t.Fatalf("%s: refusal when it runs %q, want it to say %q", name, runErr, w)
+			}
 		}
 	}
 }

@@ -119,8 +119,26 @@ func (r *PluginRunner) supplyChainArtifact(job Job, config map[string]any) (arti
 			if env[VendorRegistryEnv] == "" {
 				return a, false, fmt.Errorf("config.%s %q: the job carried no vendor registry grant to read its signature with", field, s)
 			}
-			a.reg = ocicopy.Registry{Host: env[VendorRegistryEnv], PlainHTTP: env[VendorPlainHTTPEnv] == "1"}
+			// Read as the image type reads it (plugins/image), so the
+			// check is of what the plugin copies: a registry, or an
+			// offline bundle's layout root (oci:DIR).
+			reg, err := ocicopy.ParseRegistry(env[VendorRegistryEnv])
+			if err != nil {
+				return a, false, fmt.Errorf("vendor registry %q: %w", env[VendorRegistryEnv], err)
+			}
+			if v, ok := env[VendorPlainHTTPEnv]; ok {
+				reg.PlainHTTP = v == "1" || v == "true"
+			}
+			a.reg = reg
 			a.creds = ocicopy.Credentials{AccessToken: env[VendorTokenEnv]}
+			return a, true, nil
+		}
+		if job.artifactRegistry != "" {
+			reg, err := ocicopy.ParseRegistry(job.artifactRegistry)
+			if err != nil {
+				return a, false, fmt.Errorf("registry %q: %w", job.artifactRegistry, err)
+			}
+			a.reg = reg
 			return a, true, nil
 		}
 		reg, err := ocicopy.ParseRegistry(r.InstallRegistry)
@@ -197,6 +215,16 @@ func verificationsToProto(vs []ArtifactVerification) []*agentv1.ArtifactVerifica
 // logged and journalled and the job runs. It returns what it verified,
 // for imsd.
 func (r *PluginRunner) checkSupplyChain(ctx context.Context, job Job, config map[string]any, log func(int32, string)) ([]ArtifactVerification, error) {
+	return r.supplyChainVerdict(ctx, job, config, log, func(kind string, data map[string]string) {
+		if r.journal != nil {
+			r.journal(kind, "job:"+job.ID, data)
+		}
+	})
+}
+
+// supplyChainVerdict is checkSupplyChain, its journal records given to
+// note.
+func (r *PluginRunner) supplyChainVerdict(ctx context.Context, job Job, config map[string]any, log func(int32, string), note func(kind string, data map[string]string)) ([]ArtifactVerification, error) {
 	// What runs the artifact: a plan, an apply and an import (which
 	// runs a module's code and adopts what it manages). A destroy (and
 	// its plan) and a drift check of what is already there stay
@@ -214,11 +242,6 @@ func (r *PluginRunner) checkSupplyChain(ctx context.Context, job Job, config map
 	art, ok, err := r.supplyChainArtifact(job, config)
 	if !ok && err == nil {
 		return nil, nil
-	}
-	note := func(kind string, data map[string]string) {
-		if r.journal != nil {
-			r.journal(kind, "job:"+job.ID, data)
-		}
 	}
 	v := ArtifactVerification{Component: job.Component, Artifact: art.ref, Digest: art.digest.String()}
 	var failed []string // rule names, in v.Failed's order

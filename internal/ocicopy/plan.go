@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
@@ -24,6 +25,14 @@ type Options struct {
 	// manifests whose subject is a manifest of the graph). By default
 	// they are copied with what they refer to.
 	NoReferrers bool
+	// RefuseImageReferrers refuses a graph whose referrers (or cosign
+	// tags) carry a container filesystem layer: what travels beside an
+	// artifact is then signatures, attestations and SBOMs, never an
+	// image a cluster could pull by digest from the destination without
+	// anyone having checked it (an install's copies set it: the
+	// supply-chain policy checks the root only). The error names the
+	// referrer and the layer.
+	RefuseImageReferrers bool
 	// CheckEveryBlob asks the destination about every blob, also those
 	// under a manifest it holds, so a copy repairs content removed behind
 	// a manifest's back (at a request per blob on every re-sync). By
@@ -154,7 +163,7 @@ func (p *Plan) UpToDate() bool { return p.MissingBytes == 0 && len(p.Missing()) 
 // and asks dst which of its nodes it has. It changes nothing anywhere.
 // An unreachable src or dst is an *UnreachableError of that side.
 func PlanCopy(ctx context.Context, src, dst *Repo, root digest.Digest, opts Options) (*Plan, error) {
-	nodes, rootDesc, err := Walk(ctx, src, root, !opts.NoReferrers)
+	nodes, rootDesc, err := walk(ctx, Source, src, root, !opts.NoReferrers, opts.RefuseImageReferrers)
 	if err != nil {
 		return nil, err
 	}
@@ -273,14 +282,14 @@ func checkPresent(ctx context.Context, dst *Repo, nodes []Node, which []int, lim
 // its own content, repeatedly. It returns the root's descriptor. Errors
 // are the source side's (an *UnreachableError for an outage).
 func Walk(ctx context.Context, repo *Repo, root digest.Digest, referrers bool) ([]Node, ocispec.Descriptor, error) {
-	return walk(ctx, Source, repo, root, referrers)
+	return walk(ctx, Source, repo, root, referrers, false)
 }
 
 // Missing walks the graph of root in repo as Walk does and lists the
 // nodes repo lacks (a manifest it lacks is an error, since its children
 // cannot be told). Errors are the destination side's.
 func Missing(ctx context.Context, repo *Repo, root digest.Digest, referrers bool) ([]Node, error) {
-	nodes, _, err := walk(ctx, Destination, repo, root, referrers)
+	nodes, _, err := walk(ctx, Destination, repo, root, referrers, false)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +305,7 @@ func Missing(ctx context.Context, repo *Repo, root digest.Digest, referrers bool
 	return out, nil
 }
 
-func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referrers bool) ([]Node, ocispec.Descriptor, error) {
+func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referrers, refuseImages bool) ([]Node, ocispec.Descriptor, error) {
 	if err := root.Validate(); err != nil {
 		return nil, ocispec.Descriptor{}, fmt.Errorf("digest %q: %w", root, err)
 	}
@@ -307,8 +316,9 @@ func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referr
 	if rootDesc.Digest != root {
 		return nil, ocispec.Descriptor{}, fmt.Errorf("resolve %s in %s: the registry answered %s", root, repo.Name(), rootDesc.Digest)
 	}
-	w := &walker{side: side, repo: repo, ref: repo.Name() + "@" + root.String(), seen: map[digest.Digest]bool{}, depth: map[digest.Digest]int{}}
-	if err := w.visit(ctx, rootDesc, 1); err != nil {
+	w := &walker{side: side, repo: repo, ref: repo.Name() + "@" + root.String(), seen: map[digest.Digest]bool{}, depth: map[digest.Digest]int{},
+		refuseImages: refuseImages}
+	if err := w.visit(ctx, rootDesc, 1, ""); err != nil {
 		return nil, ocispec.Descriptor{}, err
 	}
 	if referrers {
@@ -325,7 +335,7 @@ func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referr
 			if !isManifest(d.MediaType) {
 				return nil, ocispec.Descriptor{}, fmt.Errorf("%s: tag %s names a %s, not a manifest", repo.Name(), tag, d.MediaType)
 			}
-			if err := w.visit(ctx, d, 2); err != nil {
+			if err := w.visit(ctx, d, 2, "tag "+tag); err != nil {
 				return nil, ocispec.Descriptor{}, err
 			}
 			for i := range w.nodes {
@@ -351,7 +361,7 @@ func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referr
 				return nil, ocispec.Descriptor{}, sideError(side, repo, "list referrers of "+n.Descriptor.Digest.String()+" in", err)
 			}
 			for _, r := range refs {
-				if err := w.visit(ctx, r, w.depth[n.Descriptor.Digest]+1); err != nil {
+				if err := w.visit(ctx, r, w.depth[n.Descriptor.Digest]+1, "referrer "+r.Digest.String()+" of "+n.Descriptor.Digest.String()); err != nil {
 					return nil, ocispec.Descriptor{}, err
 				}
 			}
@@ -371,11 +381,19 @@ type walker struct {
 	// manifestBytes is the size of the manifests held so far.
 	manifestBytes int64
 	nodes         []Node
+	// refuseImages refuses a filesystem layer under a referrer or a
+	// cosign tag (Options.RefuseImageReferrers).
+	refuseImages bool
 }
 
 // visit appends desc's graph in post-order (children first); desc is at
-// depth (the root at 1).
-func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor, depth int) error {
+// depth (the root at 1). via names the referrer or cosign tag desc is
+// reached through ("": the artifact's own graph).
+func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor, depth int, via string) error {
+	if via != "" && w.refuseImages && filesystemLayer(desc.MediaType) {
+		return fmt.Errorf("%s: %s carries the container filesystem layer %s (%s): only signatures, attestations and SBOMs travel beside an artifact, never an image nobody checked",
+			w.ref, via, desc.Digest, desc.MediaType)
+	}
 	if w.seen[desc.Digest] {
 		return nil
 	}
@@ -420,11 +438,11 @@ func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor, depth int) 
 	}
 	var children []digest.Digest
 	for _, s := range succ {
-		if foreign(s.MediaType) {
+		if foreign(s.MediaType) && (via == "" || !w.refuseImages) {
 			continue
 		}
 		children = append(children, s.Digest)
-		if err := w.visit(ctx, s, depth+1); err != nil {
+		if err := w.visit(ctx, s, depth+1, via); err != nil {
 			return err
 		}
 	}
@@ -476,6 +494,13 @@ func isManifest(mt string) bool {
 		return true
 	}
 	return false
+}
+
+// filesystemLayer reports a container filesystem layer's media type
+// (OCI's, Docker's, the non-distributable ones included): what a
+// container runtime unpacks.
+func filesystemLayer(mt string) bool {
+	return strings.HasPrefix(mt, "application/vnd.oci.image.layer.") || strings.HasPrefix(mt, "application/vnd.docker.image.rootfs.")
 }
 
 // foreign reports a non-distributable layer (Windows base layers), which

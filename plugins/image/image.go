@@ -264,7 +264,7 @@ func (j *job) explain(err error) error {
 func (p *Plugin) plan(ctx context.Context, j *job) (*ocicopy.Plan, error) {
 	// Every blob is checked, so an apply after drift (content removed
 	// from the install registry) repairs it.
-	plan, err := ocicopy.PlanCopy(ctx, j.src, j.dst, j.cfg.ref.Digest, ocicopy.Options{NoReferrers: !j.cfg.referrers, CheckEveryBlob: true})
+	plan, err := ocicopy.PlanCopy(ctx, j.src, j.dst, j.cfg.ref.Digest, ocicopy.Options{NoReferrers: !j.cfg.referrers, CheckEveryBlob: true, RefuseImageReferrers: true})
 	if err != nil {
 		return nil, j.explain(err)
 	}

@@ -348,3 +348,37 @@ func TestImageApplyReportsProgress(t *testing.T) {
 		SkipDestroy: true,
 	})
 }
+
+// An image job copies its source's signatures, attestations and SBOMs
+// into the install registry, never an image attached to it: a referrer
+// that is a container image would land there unchecked by the
+// customer's supply-chain policy (which checks the source), pullable by
+// digest. The job fails naming it, and the install registry gets no
+// manifest.
+func TestImageSmuggledReferrerRefused(t *testing.T) {
+	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	layout := t.TempDir()
+	src := openRepo(t, vendor.URL(), "acme/web", ocicopy.Credentials{})
+	ctx := context.Background()
+	root, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 1, Layers: []int64{4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	smuggled, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 2, Layers: []int64{4096}, Subject: &root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdktest.Test(t, image.New(), sdktest.Case{
+		Env: map[string]string{"BYOC_INSTALL_REGISTRY": "oci:" + layout, "BYOC_VENDOR_REGISTRY": vendor.Host},
+		Steps: []sdktest.Step{{
+			Config:      map[string]any{"source": "acme/web@" + root.Digest.String()},
+			ExpectError: regexp.MustCompile(`referrer ` + regexp.QuoteMeta(smuggled.Digest.String()) + ` of ` + regexp.QuoteMeta(root.Digest.String()) + ` carries the container filesystem layer`),
+			Check: func(*sdktest.Outcome) error {
+				if tr := tree(t, layout); strings.Contains(tr, "index.json") {
+					return fmt.Errorf("the install registry got a manifest:\n%s", tr)
+				}
+				return nil
+			},
+		}},
+	})
+}

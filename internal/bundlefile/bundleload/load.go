@@ -156,7 +156,7 @@ func LoadImages(ctx context.Context, src Source, reg ocicopy.Registry, creds oci
 		mu.Lock()
 		copies[i] = c
 		mu.Unlock()
-		if c.plan, err = ocicopy.PlanCopy(ctx, s, d, l.Digest, ocicopy.Options{}); err != nil {
+		if c.plan, err = ocicopy.PlanCopy(ctx, s, d, l.Digest, ocicopy.Options{RefuseImageReferrers: true}); err != nil {
 			return fmt.Errorf("load %s@%s into the install registry as %s: %w", l.Repository, l.Digest, l.Target, err)
 		}
 		return nil

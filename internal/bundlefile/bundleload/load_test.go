@@ -163,3 +163,42 @@ func TestLoadStreamsFromTheTar(t *testing.T) {
 		t.Fatalf("unchanged load: %+v %v", st, err)
 	}
 }
+
+// A bundle's image carries its signatures, attestations and SBOMs into
+// the install registry, never an image attached to it as a referrer
+// (which the customer's supply-chain policy, checking the root, never
+// saw): the load is refused naming it, and no manifest is pushed.
+func TestLoadRefusesAnImageAsAReferrer(t *testing.T) {
+	ctx := context.Background()
+	layout := t.TempDir()
+	r, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: layout}, "acme/app", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := ocitest.Image(ctx, r, ocitest.ImageSpec{Seed: 1, Layers: []int64{4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	smuggled, err := ocitest.Image(ctx, r, ocitest.ImageSpec{Seed: 2, Layers: []int64{4096}, Subject: &root})
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	dst := ocicopy.Registry{Host: reg.Host, PlainHTTP: true}
+	_, err = bundleload.LoadImages(ctx, bundleload.Source{Layout: ocicopy.Registry{LayoutRoot: layout}}, dst, ocicopy.Credentials{},
+		[]bundleload.Load{{Repository: "acme/app", Target: "acme/app", Digest: root.Digest}})
+	if err == nil || !strings.Contains(err.Error(), "referrer "+smuggled.Digest.String()+" of "+root.Digest.String()+" carries the container filesystem layer") {
+		t.Fatalf("load of an image with an image as its referrer: %v", err)
+	}
+	d, err := ocicopy.Open(ctx, dst, "acme/app", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, m := range []ocispec.Descriptor{root, smuggled} {
+		if ok, _ := d.Exists(ctx, m); ok {
+			t.Fatalf("the install registry holds %s", m.Digest)
+		}
+	}
+}

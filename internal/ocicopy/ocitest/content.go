@@ -122,6 +122,8 @@ type ImageSpec struct {
 	Platform *ocispec.Platform
 	// Gzip makes the layers gzip streams (see Blob.Gzip).
 	Gzip bool
+	// Subject, if set, makes the image a referrer of that manifest.
+	Subject *ocispec.Descriptor
 }
 
 // Image pushes an image manifest with a config and its layers, and
@@ -152,6 +154,9 @@ func Image(ctx context.Context, p content.Pusher, spec ImageSpec) (ocispec.Descr
 		return ocispec.Descriptor{}, err
 	}
 	m.Config = cdesc
+	if spec.Subject != nil {
+		m.Subject = &ocispec.Descriptor{MediaType: spec.Subject.MediaType, Digest: spec.Subject.Digest, Size: spec.Subject.Size}
+	}
 	raw, _ := json.Marshal(m)
 	desc, err := PushBytes(ctx, p, ocispec.MediaTypeImageManifest, raw)
 	desc.Platform = plat
