@@ -60,6 +60,12 @@ type Job struct {
 	Timeout       time.Duration
 	// Mode is the permission mode the job needs; the agent checked it.
 	Mode string
+	// Grant is, for a break_glass job or a support session, the id of the
+	// customer's break-glass grant it runs under (the one live at its
+	// start): its credentials are that grant's role until that grant's
+	// end, and it is stopped when that grant ends, whatever other grants
+	// are live. Empty: the live grant that ends last.
+	Grant string
 	// WindowBound is set for a job of a release; the agent checked that
 	// the customer's maintenance window is open.
 	WindowBound bool

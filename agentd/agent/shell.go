@@ -200,7 +200,7 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 		return
 	}
 	cmd, cleanup, err := a.cfg.Shell.Start(ctx, ShellSpec{ID: m.SessionId, InstallID: a.id.InstallID, Component: m.Component,
-		Argv: argv, Term: term, Role: g.Role, TTY: tty.Name()})
+		Argv: argv, Term: term, Grant: g.ID, Role: g.Role, TTY: tty.Name()})
 	if err != nil {
 		ptmx.Close()
 		a.shellRefuse(m.SessionId, "refused: "+err.Error())
@@ -485,15 +485,8 @@ func (a *Agent) shellGrantEnded(s *shellSession) string {
 	if err != nil {
 		return "ended: the customer's break-glass grants cannot be read: " + err.Error()
 	}
-	g, ok := gs.Find(s.grantID)
-	now := a.now()
-	switch {
-	case !ok:
-		return "ended: break-glass grant " + s.grantID + " is gone"
-	case !g.RevokedAt.IsZero():
-		return fmt.Sprintf("ended: break-glass grant %s was revoked by %s", g.ID, g.RevokedBy)
-	case !g.LiveAt(now):
-		return fmt.Sprintf("ended: break-glass grant %s expired at %s", g.ID, g.ExpiresAt.UTC().Format(time.RFC3339))
+	if why := gs.Ended(s.grantID, a.now()); why != "" {
+		return "ended: " + why
 	}
 	return ""
 }

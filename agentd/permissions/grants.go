@@ -63,6 +63,24 @@ func (gs Grants) Find(id string) (*Grant, bool) {
 	return nil, false
 }
 
+// Ended says why grant id no longer allows what was started under it
+// ("" while it is live at now): gone from the file, revoked, or expired.
+// A break_glass job or support session runs under one grant, the one
+// live at its start, and ends with that grant, whatever other grants are
+// live.
+func (gs Grants) Ended(id string, now time.Time) string {
+	g, ok := gs.Find(id)
+	switch {
+	case !ok:
+		return "break-glass grant " + id + " is gone"
+	case !g.RevokedAt.IsZero():
+		return fmt.Sprintf("break-glass grant %s was revoked by %s", g.ID, g.RevokedBy)
+	case !g.LiveAt(now):
+		return fmt.Sprintf("break-glass grant %s expired at %s", g.ID, g.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
 // GrantsPath is the grants file of state dir dir.
 func GrantsPath(dir string) string { return filepath.Join(dir, GrantsFileName) }
 
