@@ -665,6 +665,7 @@ func (a *Agent) setConnected(v bool) {
 // running jobs are stopped; their leases run out and imsd hands them out again.
 func (a *Agent) Run(parent context.Context) error {
 	defer a.wg.Wait()
+	a.closeAbandonedSessions()
 	// ctx also ends when the customer revokes the agent (revoke.go), with
 	// the revocation as its cause.
 	ctx, revoked := context.WithCancelCause(parent)

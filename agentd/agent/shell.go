@@ -7,6 +7,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -473,6 +475,44 @@ func (a *Agent) sendRecording(id, sum string) {
 		}
 	}
 	a.note("session.recording_sent", "session:"+id, map[string]string{"recording_sha256": sum, "recording_bytes": itoa(off)})
+}
+
+// closeAbandonedSessions ends, in the customer's record, the sessions
+// an agent that is gone left running (killed, crashed, the machine
+// stopped): each recording is hashed as it is, its summary says how the
+// session ended, and the journal gets the session.ended record agentd
+// session play checks the recording against from then on. A session
+// whose agent process still runs (another agentd on this state dir) is
+// left alone.
+func (a *Agent) closeAbandonedSessions() {
+	dir := sessionrec.Dir(a.cfg.StateDir)
+	ms, err := sessionrec.List(dir)
+	if err != nil {
+		a.log.Warn("read the support sessions' summaries", "err", err)
+		return
+	}
+	for _, m := range ms {
+		if !m.Ended.IsZero() || (m.PID != 0 && m.PID != os.Getpid() && syscall.Kill(m.PID, 0) != syscall.ESRCH) {
+			continue
+		}
+		var sum string
+		var size int64
+		if b, err := os.ReadFile(sessionrec.CastPath(dir, m.ID)); err == nil {
+			h := sha256.Sum256(b)
+			sum, size = hex.EncodeToString(h[:]), int64(len(b))
+		}
+		m.Ended, m.ExitCode, m.SHA256, m.Size = a.now().UTC(), -1, sum, size
+		m.Reason = fmt.Sprintf("ended: the agent (pid %d) stopped during the session, which ended with it; the recording holds what was written until then", m.PID)
+		m.PID = 0
+		if err := sessionrec.WriteMeta(dir, m); err != nil {
+			a.log.Warn("write a support session's summary", "session", m.ID, "err", err)
+			continue
+		}
+		os.Remove(sessionrec.KillPath(dir, m.ID))
+		a.note("session.ended", "session:"+m.ID, map[string]string{"operator": m.Operator, "grant": m.Grant, "reason": m.Reason,
+			"exit_code": "-1", "recording_sha256": sum, "recording_bytes": itoa(size)})
+		a.log.Warn("support session left running by a stopped agent, ended", "session", m.ID, "recording_sha256", sum)
+	}
 }
 
 // shellGrantEnded says why s's grant no longer allows it ("" while it

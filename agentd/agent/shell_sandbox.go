@@ -37,10 +37,17 @@ type ShellSpec struct {
 // plain PATH. The returned func cleans up after the command ended.
 func (r *PluginRunner) Shell(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error) {
 	work := filepath.Join(r.WorkRoot, spec.ID)
+	// In use from here, before it exists, so that the sweep after each
+	// job (Sweep) never removes a live session's directory.
+	r.enter(work)
+	cleanup := func() {
+		os.RemoveAll(work)
+		r.leave(work)
+	}
 	if err := os.MkdirAll(work, 0o700); err != nil {
+		cleanup()
 		return nil, nil, err
 	}
-	cleanup := func() { os.RemoveAll(work) }
 	env := map[string]string{
 		"PATH":            "/usr/local/bin:/usr/bin:/bin",
 		"HOME":            work,
