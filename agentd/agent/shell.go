@@ -156,8 +156,10 @@ func (a *Agent) sessionGrant() (permissions.Grant, string) {
 	return g, ""
 }
 
-// openShell handles a ShellOpen: checks, then starts the session.
-func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
+// openShell handles a ShellOpen: checks, then starts the session. A
+// session never outlives streamGone, its stream's end: one whose stream
+// ended while it started is recorded and ended at once.
+func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen, streamGone <-chan struct{}) {
 	if err := checkShellOpen(m); err != nil {
 		id := m.GetSessionId()
 		if agentproto.CheckShellSessionID(id) != nil {
@@ -181,6 +183,12 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 	if why != "" {
 		a.shellRefuse(m.SessionId, why)
 		return
+	}
+	select {
+	case <-streamGone:
+		a.log.Warn("support session not started: the stream that asked for it ended", "session", m.SessionId)
+		return
+	default:
 	}
 	argv := m.Command
 	if len(argv) == 0 {
@@ -245,6 +253,13 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 	}
 	a.shellMu.Lock()
 	a.shells[s.id] = s
+	select {
+	case <-streamGone:
+		// endShells ran while it started: no one else will end it.
+		s.end("ended: the agent's stream to imsd broke while the session started")
+		s.abortNow()
+	default:
+	}
 	a.shellMu.Unlock()
 	a.note("session.started", "session:"+s.id, map[string]string{"operator": m.Operator, "grant": g.ID, "role": g.Role,
 		"component": m.Component, "command": strings.Join(m.Command, " "), "recording": sessionrec.CastPath(dir, s.id)})
@@ -284,9 +299,11 @@ func (a *Agent) shellInput(m *agentv1.ShellInput) {
 	}
 }
 
-// endShells ends every session (the stream broke, the agent stops).
-func (a *Agent) endShells(reason string) {
+// endShells ends every session (the stream broke, the agent stops) and
+// closes gone, so that a session still starting ends too (openShell).
+func (a *Agent) endShells(reason string, gone chan struct{}) {
 	a.shellMu.Lock()
+	close(gone)
 	for _, s := range a.shells {
 		s.end(reason)
 		s.abortNow()
