@@ -590,3 +590,51 @@ func TestSupportShellAcrossJobsAndAnAgentKill(t *testing.T) {
 		t.Fatalf("agentd session play of an altered recording: exit %d\n%s", code, out)
 	}
 }
+
+// A session opened with a named token does not outlive the token: its
+// revocation ends the session within seconds, the operator told why, and
+// imsd's audit of the end says so.
+func TestSupportShellEndsWithItsToken(t *testing.T) {
+	skipShort(t)
+	ims, cli, acme, _ := startBreakGlass(t, fast)
+	admin := ims.Admin()
+	ctx := context.Background()
+	grant := requestGrant(t, cli, "acme", "--reason", "INC-11", "--for", "1h")
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--allow-sessions"); code != 0 {
+		t.Fatalf("approve --allow-sessions: %d %s", code, out)
+	}
+	tok, err := admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: "acme-support", Role: imsv1.Role_ROLE_SUPPORT, Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := openShell(t, ims.Client(tok.Msg.Token), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := s.command(0, "echo up-$((40+2))")
+	s.waitOutput(n, regexp.MustCompile(`up-42\r\n`), 10*time.Second)
+	if _, err := admin.RevokeApiToken(ctx, connect.NewRequest(&imsv1.RevokeApiTokenRequest{IdOrName: "acme-support"})); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	e, at := s.waitEnded(10 * time.Second)
+	if took := at.Sub(revoked); took > 3*time.Second || !strings.Contains(e.Reason, "may no longer hold this session") {
+		t.Fatalf("session ended %s after its token's revocation: %q", took, e.Reason)
+	}
+	cluster.Eventually(t, 10*time.Second, "the customer's record of the session's end", func() bool {
+		m, err := sessionrec.ReadMeta(sessionrec.Dir(acme.StateDir), s.id)
+		return err == nil && !m.Ended.IsZero()
+	})
+	cluster.Eventually(t, 10*time.Second, "imsd's audit of the session's end", func() bool {
+		r, err := admin.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range r.Msg.Events {
+			if ev.Subject == s.id && ev.Kind == "support.session.ended" {
+				return strings.Contains(ev.Data, "closed_by_imsd") && strings.Contains(ev.Data, "revoked")
+			}
+		}
+		return false
+	})
+}
