@@ -35,8 +35,16 @@ const shellPoll = 100 * time.Millisecond
 // shellInputQueue bounds the operator's messages waiting for the PTY.
 const shellInputQueue = 64
 
+// DefaultMaxShellRecording is the most a session's recording may hold
+// (ShellConfig.MaxRecordingBytes): the session ends when it reaches it,
+// so that what an operator prints cannot fill the customer's disk.
+const DefaultMaxShellRecording = 1 << 30
+
 // ShellConfig serves support shells (Config.Shell).
 type ShellConfig struct {
+	// MaxRecordingBytes bounds each session's recording; 0 is
+	// DefaultMaxShellRecording.
+	MaxRecordingBytes int64
 	// Start builds the shell's command (PluginRunner.Shell); nil: the
 	// agent refuses every session.
 	Start func(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error)
@@ -318,6 +326,18 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 	dir := sessionrec.Dir(a.cfg.StateDir)
 	var wg sync.WaitGroup
 	var outBytes, inBytes int64
+	limit := a.cfg.Shell.MaxRecordingBytes
+	if limit <= 0 {
+		limit = DefaultMaxShellRecording
+	}
+	// full ends the session once its recording reached the limit.
+	full := func() bool {
+		if n := s.rec.Size(); n >= limit {
+			s.end(fmt.Sprintf("ended: the session's recording reached %d bytes, the most the agent keeps of one session", limit))
+			return true
+		}
+		return false
+	}
 	// Output: read as much as there is credit for, record it, send it.
 	outDone := make(chan struct{})
 	go func() {
@@ -341,6 +361,9 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 						return
 					}
 					if !a.shellEvent(&agentv1.ShellEvent{SessionId: s.id, Output: []byte(text)}, s.abort) {
+						return
+					}
+					if full() {
 						return
 					}
 				}
@@ -371,6 +394,9 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 					}
 				}
 				if len(m.Data) > 0 {
+					if full() {
+						return // neither recorded nor typed
+					}
 					inBytes += int64(len(m.Data))
 					s.rec.Event(a.now(), "i", strings.ToValidUTF8(string(m.Data), "\uFFFD"))
 					if _, err := s.ptmx.Write(m.Data); err != nil {

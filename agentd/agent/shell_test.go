@@ -66,3 +66,53 @@ func TestShellStartingAsItsStreamEndsEnds(t *testing.T) {
 		t.Fatalf("the session's command (pid %d) still runs", pid)
 	}
 }
+
+// What an operator prints cannot fill the customer's disk: a session
+// ends when its recording reaches the agent's limit, which the recording
+// then barely exceeds (by the last event).
+func TestShellRecordingIsBounded(t *testing.T) {
+	const limit = 64 << 10
+	start := func(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error) {
+		return exec.Command("sh", "-c", "while :; do echo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; done"), func() {}, nil
+	}
+	dir := t.TempDir()
+	f := &fakeIMS{}
+	a, _ := startFakeWith(t, f, &runRecorder{release: make(chan struct{})}, dir, nil, func(c *Config) {
+		c.Shell.Start, c.Shell.MaxRecordingBytes = start, limit
+	})
+	setPermissions(t, a, func(s *permissions.State) { s.BreakGlass = true })
+	now := time.Now()
+	if _, err := permissions.UpdateGrants(dir, func(g *permissions.Grants) error {
+		g.Grants = append(g.Grants, permissions.Grant{ID: "bg_1", ApprovedAt: now, ExpiresAt: now.Add(time.Hour), AllowSessions: true})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fs := <-f.streams
+	const id = "ss_boundedrecording1"
+	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ShellOpen{ShellOpen: &agentv1.ShellOpen{SessionId: id,
+		Operator: "alice", Rows: 24, Cols: 80, WindowBytes: agentproto.DefaultShellWindow}}}
+	// imsd's side: every output message delivered and credited back.
+	go func() {
+		for {
+			select {
+			case m := <-fs.up:
+				if o := m.GetShell().GetOutput(); len(o) > 0 {
+					fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ShellInput{ShellInput: &agentv1.ShellInput{SessionId: id,
+						CreditBytes: uint32(agentproto.ShellCost(len(o)))}}}
+				}
+			case <-fs.done:
+				return
+			}
+		}
+	}()
+	var m sessionrec.Meta
+	eventually(t, "the session to end at its recording's limit", func() bool {
+		var err error
+		m, err = sessionrec.ReadMeta(sessionrec.Dir(dir), id)
+		return err == nil && !m.Ended.IsZero()
+	})
+	if !strings.Contains(m.Reason, "recording reached") || m.Size < limit || m.Size > limit+agentproto.MaxShellData*2 {
+		t.Fatalf("session ended %q with a recording of %d bytes (limit %d)", m.Reason, m.Size, limit)
+	}
+}
