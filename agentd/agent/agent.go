@@ -278,12 +278,13 @@ type Agent struct {
 	// telemetry reads the app's declared telemetry sources as the
 	// customer's setting allows (telemetry.go).
 	telemetry *telemetry.Collector
-	// shellMu guards shells, the support sessions running now (shell.go);
-	// shellOut carries their events to the session's goroutine, which
-	// alone sends on the stream.
-	shellMu  sync.Mutex
-	shells   map[string]*shellSession
-	shellOut chan *agentv1.ConnectRequest
+	// shellMu guards shells, the support sessions running now (shell.go),
+	// and shellsStarting, those being started; shellOut carries their
+	// events to the session's goroutine, which alone sends on the stream.
+	shellMu        sync.Mutex
+	shells         map[string]*shellSession
+	shellsStarting int
+	shellOut       chan *agentv1.ConnectRequest
 }
 
 // New loads the agent's identity from the state dir, enrolling first if

@@ -377,7 +377,14 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 	case *agentv1.ConnectResponse_UpdateWithdrawal:
 		a.updateWithdrawal(ctx, msg.UpdateWithdrawal)
 	case *agentv1.ConnectResponse_ShellOpen:
-		go a.openShell(ctx, msg.ShellOpen, ss.streamGone)
+		// Counted from here, on Run's goroutine, so that Run's Wait
+		// also waits for a session still starting (and for the
+		// runShell it adds).
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.openShell(ctx, msg.ShellOpen, ss.streamGone)
+		}()
 	case *agentv1.ConnectResponse_ShellInput:
 		a.shellInput(msg.ShellInput)
 	case *agentv1.ConnectResponse_Challenge, *agentv1.ConnectResponse_Welcome:

@@ -32,6 +32,10 @@ import (
 // grant's end or the customer's kill ends it within this and the kill.
 const shellPoll = 100 * time.Millisecond
 
+// maxShells bounds the support sessions an agent runs at once, whatever
+// imsd asks.
+const maxShells = 8
+
 // shellInputQueue bounds the operator's messages waiting for the PTY.
 const shellInputQueue = 64
 
@@ -183,10 +187,26 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen, streamGone 
 	}
 	a.shellMu.Lock()
 	_, dup := a.shells[m.SessionId]
+	full := len(a.shells)+a.shellsStarting >= maxShells
+	if !dup && !full {
+		a.shellsStarting++
+	}
 	a.shellMu.Unlock()
 	if dup {
 		return
 	}
+	if full {
+		a.shellRefuse(m.SessionId, fmt.Sprintf("refused: %d support sessions are open on this agent, the most it runs at once", maxShells))
+		return
+	}
+	reserved := true // the slot, until the session is in a.shells
+	defer func() {
+		if reserved {
+			a.shellMu.Lock()
+			a.shellsStarting--
+			a.shellMu.Unlock()
+		}
+	}()
 	g, why := a.sessionGrant()
 	if why != "" {
 		a.shellRefuse(m.SessionId, why)
@@ -261,6 +281,8 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen, streamGone 
 	}
 	a.shellMu.Lock()
 	a.shells[s.id] = s
+	a.shellsStarting--
+	reserved = false
 	select {
 	case <-streamGone:
 		// endShells ran while it started: no one else will end it.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -114,5 +115,50 @@ func TestShellRecordingIsBounded(t *testing.T) {
 	})
 	if !strings.Contains(m.Reason, "recording reached") || m.Size < limit || m.Size > limit+agentproto.MaxShellData*2 {
 		t.Fatalf("session ended %q with a recording of %d bytes (limit %d)", m.Reason, m.Size, limit)
+	}
+}
+
+// However many sessions imsd asks for, the agent runs at most maxShells
+// at once and refuses the next, saying why.
+func TestShellsAreBounded(t *testing.T) {
+	start := func(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error) {
+		return exec.Command("sleep", "300"), func() {}, nil
+	}
+	dir := t.TempDir()
+	f := &fakeIMS{}
+	a, _ := startFakeWith(t, f, &runRecorder{release: make(chan struct{})}, dir, nil, func(c *Config) { c.Shell.Start = start })
+	setPermissions(t, a, func(s *permissions.State) { s.BreakGlass = true })
+	now := time.Now()
+	if _, err := permissions.UpdateGrants(dir, func(g *permissions.Grants) error {
+		g.Grants = append(g.Grants, permissions.Grant{ID: "bg_1", ApprovedAt: now, ExpiresAt: now.Add(time.Hour), AllowSessions: true})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fs := <-f.streams
+	for i := range maxShells + 1 {
+		fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ShellOpen{ShellOpen: &agentv1.ShellOpen{SessionId: fmt.Sprintf("ss_manysessions%02d", i),
+			Operator: "alice", Rows: 24, Cols: 80, WindowBytes: agentproto.DefaultShellWindow}}}
+	}
+	opened, refused := 0, 0
+	deadline := time.After(20 * time.Second)
+	for opened+refused < maxShells+1 {
+		select {
+		case m := <-fs.up:
+			switch ev := m.GetShell(); {
+			case ev.GetOpened() != nil:
+				opened++
+			case ev.GetEnded().GetRefused():
+				refused++
+				if !strings.Contains(ev.Ended.Reason, "the most it runs at once") {
+					t.Fatalf("refusal: %q", ev.Ended.Reason)
+				}
+			}
+		case <-deadline:
+			t.Fatalf("%d sessions opened and %d refused, want %d and 1", opened, refused, maxShells)
+		}
+	}
+	if opened != maxShells || refused != 1 {
+		t.Fatalf("%d sessions opened and %d refused, want %d and 1", opened, refused, maxShells)
 	}
 }
