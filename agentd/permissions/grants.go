@@ -12,6 +12,10 @@ import (
 // by its own clock, so nothing imsd sends can make or extend a grant.
 const GrantsFileName = "breakglass.json"
 
+// MaxGrant is the longest a grant may last, checked on the customer's
+// side whatever duration the vendor's server says a request asks for.
+const MaxGrant = 24 * time.Hour
+
 // Grant is a break-glass grant the customer approved on this agent.
 type Grant struct {
 	ID          string    `json:"id"`
