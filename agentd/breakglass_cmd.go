@@ -257,6 +257,12 @@ func (c *bgClient) approve(ctx context.Context, id string, d time.Duration, allo
 	if d > asked {
 		return c.fail(fmt.Errorf("--for %s is longer than the %s asked", d, asked))
 	}
+	// The vendor's server says what was asked: never more than a grant
+	// may last, whatever it says.
+	if d > permissions.MaxGrant {
+		return c.fail(fmt.Errorf("break-glass request %s asks for %s, longer than the %s a grant may last; approve it with --for %s or less",
+			id, d, permissions.MaxGrant, permissions.MaxGrant))
+	}
 	by := whoami()
 	if by == "" || by == g.RequestedBy {
 		return c.fail(fmt.Errorf("the approver (%q) must be a local user other than the requester", by))

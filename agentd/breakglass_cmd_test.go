@@ -189,3 +189,61 @@ func TestBreakglassListUntil(t *testing.T) {
 		t.Fatalf("agentd egress list: exit %d, want the list_break_glass call:\n%s%s", code, out.String(), errOut.String())
 	}
 }
+
+// decideImsd is listImsd that also takes every decision.
+type decideImsd struct {
+	listImsd
+	decided int
+}
+
+func (s *decideImsd) DecideBreakGlass(context.Context, *connect.Request[agentv1.DecideBreakGlassRequest]) (*connect.Response[agentv1.DecideBreakGlassResponse], error) {
+	s.decided++
+	return connect.NewResponse(&agentv1.DecideBreakGlassResponse{Grant: s.grants[0]}), nil
+}
+
+// A grant lasts at most 24 hours whatever the vendor's server says the
+// request asked: approving a request it says asks for ten years, without
+// --for, is refused on the customer's side (imsd not told, no grant
+// kept); with --for 24h or less it is approved for that.
+func TestBreakglassApproveCapsTheDuration(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	srv := &decideImsd{listImsd: listImsd{grants: []*agentv1.BreakGlassGrant{
+		{Id: "bg_long", State: "pending", Role: "admin", RequestedBy: "ops", DurationSeconds: 10 * 365 * 24 * 3600,
+			RequestExpireTime: timestamppb.New(now.Add(10 * time.Minute))},
+	}}}
+	mux := http.NewServeMux()
+	mux.Handle(agentv1connect.NewAgentServiceHandler(srv))
+	hs := httptest.NewUnstartedServer(mux)
+	hs.Config.Protocols = new(http.Protocols)
+	hs.Config.Protocols.SetUnencryptedHTTP2(true)
+	hs.Start()
+	t.Cleanup(hs.Close)
+	key, err := identity.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	imsdKey, _, _ := ed25519.GenerateKey(nil)
+	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: hs.URL, PrivateKey: key,
+		IMSDKeys: []ed25519.PublicKey{imsdKey}}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := breakglassCmd(context.Background(), append(args, "--state-dir", dir), &out, &errOut, func() time.Time { return now })
+		return code, out.String() + errOut.String()
+	}
+	if code, out := run("approve", "bg_long"); code != 1 || !strings.Contains(out, "longer than the 24h0m0s a grant may last") {
+		t.Fatalf("approve of a request for ten years: exit %d\n%s", code, out)
+	}
+	if gs, err := permissions.LoadGrants(dir); err != nil || len(gs.Grants) != 0 || srv.decided != 0 {
+		t.Fatalf("after the refused approval: grants %+v (%v), %d decisions sent", gs, err, srv.decided)
+	}
+	if code, out := run("approve", "bg_long", "--for", "2h"); code != 0 {
+		t.Fatalf("approve --for 2h: exit %d\n%s", code, out)
+	}
+	gs, err := permissions.LoadGrants(dir)
+	if err != nil || len(gs.Grants) != 1 || !gs.Grants[0].ExpiresAt.Equal(now.Add(2*time.Hour)) {
+		t.Fatalf("grants after approve --for 2h: %+v, %v", gs, err)
+	}
+}

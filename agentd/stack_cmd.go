@@ -45,6 +45,15 @@ func stackCredentials(st *stack.Stack, stateDir string, now func() time.Time) fu
 			}
 			t := now()
 			g, ok := gs.Live(t)
+			if job.Grant != "" {
+				// The job's own grant (a support session's allows
+				// sessions): never another live one's role or end.
+				if why := gs.Ended(job.Grant, t); why != "" {
+					return nil, nil, &stack.NoGrantError{State: why}
+				}
+				gp, _ := gs.Find(job.Grant)
+				g, ok = *gp, true
+			}
 			if !ok {
 				// Never the break-glass role without a live grant:
 				// not the mode's own role either.

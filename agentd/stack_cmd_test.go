@@ -8,12 +8,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/agentd/stack/awsfake"
 )
@@ -142,23 +144,26 @@ func TestSupportBundleCommand(t *testing.T) {
 	}
 }
 
-// A break-glass job runs with its live grant's role (break_glass.toml's,
-// created by the stack), for no longer than the grant; without a live
-// grant, none at all.
-func TestBreakGlassJobTakesItsGrantsRole(t *testing.T) {
-	const (
-		key     = "AKIABGTESTKEY0001"
-		modeARN = "arn:aws:iam::123456789012:role/acme-BreakGlassRole"
-		adminRN = "arn:aws:iam::123456789012:role/acme-BreakGlassAdminRole"
-	)
+// bgModeARN and bgAdminARN are the roles of breakGlassStack.
+const (
+	bgModeARN  = "arn:aws:iam::123456789012:role/acme-BreakGlassRole"
+	bgAdminARN = "arn:aws:iam::123456789012:role/acme-BreakGlassAdminRole"
+)
+
+// breakGlassStack is a CloudFormation stack whose break-glass mode has a
+// role of its own (bgModeARN) and a break_glass.toml role "admin"
+// (bgAdminARN), against a fake STS.
+func breakGlassStack(t *testing.T) (*awsfake.AWS, *stack.Stack) {
+	t.Helper()
+	const key = "AKIABGTESTKEY0001"
 	fake := awsfake.New(t)
-	fake.AddRole(modeARN, key)
-	fake.AddRole(adminRN, key)
+	fake.AddRole(bgModeARN, key)
+	fake.AddRole(bgAdminARN, key)
 	t.Setenv("AWS_ACCESS_KEY_ID", key)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
 	cfg := `{"version":1,"format":"cloudformation","install":"acme","ims":"https://ims.example.com","region":"eu-west-1","enroll_token":{},
- "modes":{"break_glass":{"enabled":true,"arn":"` + modeARN + `","name":"BreakGlassRole","parameter":"EnableBreakGlass"}},
- "break_glass_roles":{"admin":{"enabled":true,"arn":"` + adminRN + `","name":"BreakGlassAdminRole","parameter":"EnableBreakGlass"}},
+ "modes":{"break_glass":{"enabled":true,"arn":"` + bgModeARN + `","name":"BreakGlassRole","parameter":"EnableBreakGlass"}},
+ "break_glass_roles":{"admin":{"enabled":true,"arn":"` + bgAdminARN + `","name":"BreakGlassAdminRole","parameter":"EnableBreakGlass"}},
  "endpoints":{"sts":"` + fake.STS.URL + `","secretsmanager":"` + fake.SecretsManager.URL + `"}}`
 	path := filepath.Join(t.TempDir(), "stack.json")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
@@ -168,6 +173,75 @@ func TestBreakGlassJobTakesItsGrantsRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fake, st
+}
+
+// A support session's credentials are its own grant's (the live one that
+// allows sessions): not the role of another live grant the customer
+// approved for break-glass jobs only, even one that ends later, and they
+// end with the session's grant.
+func TestSupportSessionTakesItsGrantsRole(t *testing.T) {
+	fake, st := breakGlassStack(t)
+	state := t.TempDir()
+	now := time.Now()
+	if _, err := permissions.UpdateGrants(state, func(g *permissions.Grants) error {
+		g.Grants = append(g.Grants,
+			permissions.Grant{ID: "bg_jobs", Role: "admin", ApprovedAt: now, ExpiresAt: now.Add(time.Hour)},
+			permissions.Grant{ID: "bg_shell", ApprovedAt: now, ExpiresAt: now.Add(10 * time.Minute), AllowSessions: true})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gs, err := permissions.LoadGrants(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := gs.LiveSessions(now)
+	if !ok || g.ID != "bg_shell" {
+		t.Fatalf("grant allowing sessions: %v %v", g, ok)
+	}
+	r := &agent.PluginRunner{WorkRoot: t.TempDir(), Credentials: stackCredentials(st, state, func() time.Time { return now }),
+		Loader: &pluginhost.Loader{Sandbox: &pluginhost.Sandbox{Isolation: pluginhost.IsolationNone}}}
+	cmd, cleanup, err := r.Shell(context.Background(), agent.ShellSpec{ID: "ss_abcdefgh", InstallID: "in_1", Argv: []string{"/bin/sh"},
+		Term: "xterm", Grant: g.ID, Role: g.Role})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	iss := fake.Issued()
+	if len(iss) != 1 {
+		t.Fatalf("%d roles assumed, want 1", len(iss))
+	}
+	if iss[0].RoleARN != bgModeARN || !slices.Contains(cmd.Env, "BYOC_ROLE_ARN="+bgModeARN) ||
+		iss[0].Policy != stack.SessionPolicy(now.Add(10*time.Minute)) {
+		t.Fatalf("session under %s got role %s, session policy %s; want %s until the session grant's end", g.ID, iss[0].RoleARN, iss[0].Policy, bgModeARN)
+	}
+
+	// Its grant revoked, another still live: no credentials at all.
+	if _, err := permissions.UpdateGrants(state, func(gs *permissions.Grants) error {
+		gs.Grants[1].RevokedAt, gs.Grants[1].RevokedBy = now, "alice"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Shell(context.Background(), agent.ShellSpec{ID: "ss_abcdefgi", InstallID: "in_1", Argv: []string{"/bin/sh"},
+		Term: "xterm", Grant: g.ID, Role: g.Role}); err == nil || !strings.Contains(err.Error(), "bg_shell was revoked by alice") {
+		t.Fatalf("session under a revoked grant: %v", err)
+	}
+	if n := len(fake.Issued()); n != 1 {
+		t.Fatalf("under a revoked grant: %d roles assumed in all, want 1", n)
+	}
+}
+
+// A break-glass job runs with its live grant's role (break_glass.toml's,
+// created by the stack), for no longer than the grant; without a live
+// grant, none at all.
+func TestBreakGlassJobTakesItsGrantsRole(t *testing.T) {
+	const (
+		modeARN = bgModeARN
+		adminRN = bgAdminARN
+	)
+	fake, st := breakGlassStack(t)
 	state := t.TempDir()
 	now := time.Now()
 	creds := stackCredentials(st, state, func() time.Time { return now })

@@ -305,6 +305,47 @@ func TestBreakGlassRevokeMidJob(t *testing.T) {
 	}
 }
 
+// A break-glass job runs under one grant, the live one ending last, and
+// stops when the customer revokes that grant, even while another grant
+// they approved is still live: the other grant allows new jobs, not the
+// running one's role and end.
+func TestBreakGlassRevokeMidJobUnderAnotherLiveGrant(t *testing.T) {
+	skipShort(t)
+	ims, cli, acme, _ := startBreakGlass(t, fast)
+	c := ims.Admin()
+	other := requestGrant(t, cli, "acme", "--reason", "INC-9 short look", "--for", "1h")
+	if out, code := breakglass(t, acme.StateDir, "approve", other, "--for", "20m"); code != 0 {
+		t.Fatalf("approve %s: exit %d\n%s", other, code, out)
+	}
+	id := requestGrant(t, cli, "acme", "--reason", "INC-9 longer look", "--for", "1h")
+	if out, code := breakglass(t, acme.StateDir, "approve", id); code != 0 {
+		t.Fatalf("approve %s: exit %d\n%s", id, code, out)
+	}
+	mark := marker()
+	running := enqueueMode(t, c, "acme", "break_glass", sleeper(mark))
+	ps := waitPIDs(t, mark, 4)
+	if out, code := breakglass(t, acme.StateDir, "revoke", id, "--reason", "done"); code != 0 {
+		t.Fatalf("revoke: exit %d\n%s", code, out)
+	}
+	end := cluster.WaitJob(t, c, running.Id, 20*time.Second, imsv1.JobState_JOB_STATE_CANCELLED, imsv1.JobState_JOB_STATE_FAILED, imsv1.JobState_JOB_STATE_SUCCEEDED)
+	if end.State != imsv1.JobState_JOB_STATE_CANCELLED || !strings.Contains(end.Error, "grant "+id+" was revoked") {
+		t.Fatalf("the job running under %s after its revocation, %s still live: %v %q", id, other, end.State, end.Error)
+	}
+	cluster.Eventually(t, 5*time.Second, "the job's processes to exit", func() bool {
+		for _, p := range ps {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	})
+	// The other grant still lets a new break-glass job run.
+	next := enqueueMode(t, c, "acme", "break_glass", "echo RAN")
+	if j := cluster.WaitJob(t, c, next.Id, 20*time.Second, imsv1.JobState_JOB_STATE_REFUSED, imsv1.JobState_JOB_STATE_SUCCEEDED); j.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("break_glass under %s: %v %q", other, j.State, j.Error)
+	}
+}
+
 // TestBreakGlassConsoleFlow drives the console in a real terminal (tmux):
 // b requests break-glass on acme, the customer approves on the agent's
 // side, the warning banner and its countdown appear, an action needs the

@@ -507,3 +507,134 @@ func TestConsoleSupportShell(t *testing.T) {
 	term.Keys("Escape")
 	term.WaitFor("the fleet again", func(s string) bool { return lineWith(s, "acme", "online") && !strings.Contains(s, "installs › acme") })
 }
+
+// A session's own directory outlives the jobs that end while it runs
+// (the sweep after each job leaves it), and a session whose agent is
+// killed mid-session leaves nothing running (not even a process that left
+// the shell's process group) and is ended in the customer's record when
+// the agent starts again: its summary says how, and the journal holds
+// the recording's SHA-256, which agentd session play then checks.
+func TestSupportShellAcrossJobsAndAnAgentKill(t *testing.T) {
+	skipShort(t)
+	ims, cli, acme, _ := startBreakGlass(t, fast)
+	c := ims.Admin()
+	grant := requestGrant(t, cli, "acme", "--reason", "INC-10", "--for", "1h")
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--allow-sessions"); code != 0 {
+		t.Fatalf("approve --allow-sessions: %d %s", code, out)
+	}
+	s, err := openShell(t, c, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := s.command(0, `echo kept > "$HOME/kept" && echo wrote-$((40+2))`)
+	n = s.waitOutput(n, regexp.MustCompile(`wrote-42\r\n`), 10*time.Second)
+	job := enqueue(t, c, "acme", "echo done", 60)
+	if j := cluster.WaitJob(t, c, job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_SUCCEEDED, imsv1.JobState_JOB_STATE_FAILED); j.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("job: %v %q", j.State, j.Error)
+	}
+	n = s.command(n, `printf 'home-%s-%d\n' "$(cat "$HOME/kept" 2>&1)" $((40+2))`)
+	n = s.waitOutput(n, regexp.MustCompile(`home-[^%\r\n]*-42\r\n`), 10*time.Second)
+	if !strings.Contains(s.tail(), "home-kept-42\r\n") {
+		t.Fatalf("the session's home after a job ended:\n%s", s.tail())
+	}
+
+	mark := marker()
+	n = s.command(n, "(trap '' HUP TERM; setsid sleep "+mark+" > /dev/null 2>&1 &); echo bg-started")
+	s.waitOutput(n, regexp.MustCompile(`bg-started\r\n`), 10*time.Second)
+	ps := waitPIDs(t, mark, 1)
+	acme.Kill()
+	cluster.Eventually(t, 10*time.Second, "the session's processes to die with their agent", func() bool {
+		for _, p := range ps {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	})
+	if e, _ := s.waitEnded(10 * time.Second); !strings.Contains(e.Reason, "stream to imsd ended") {
+		t.Fatalf("the operator's end of the session: %v", e)
+	}
+	cast := sessionrec.CastPath(sessionrec.Dir(acme.StateDir), s.id)
+	cluster.StartAgent(t, ims.URL(), "", acme.StateDir)
+	var m sessionrec.Meta
+	cluster.Eventually(t, 20*time.Second, "the restarted agent to end the session in the customer's record", func() bool {
+		m, err = sessionrec.ReadMeta(sessionrec.Dir(acme.StateDir), s.id)
+		return err == nil && !m.Ended.IsZero()
+	})
+	b, err := os.ReadFile(cast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	if m.SHA256 != hex.EncodeToString(sum[:]) || !strings.Contains(m.Reason, "the agent (pid") {
+		t.Fatalf("summary after the restart: %+v; the recording's sha256 is %x", m, sum)
+	}
+	if list, _ := agentdCmd(t, "session", "--state-dir", acme.StateDir, "list"); strings.Contains(list, "running") {
+		t.Fatalf("agentd session list after the restart:\n%s", list)
+	}
+	if out, code := agentdCmd(t, "audit", "--state-dir", acme.StateDir, "verify"); code != 0 {
+		t.Fatalf("agentd audit verify: %s", out)
+	}
+	// Altered since, with the summary rewritten to match: play refuses it
+	// on the journal's hash.
+	altered := bytes.Replace(b, []byte("home-kept-42"), []byte("home-lost-42"), 1)
+	if err := os.WriteFile(cast, altered, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	as := sha256.Sum256(altered)
+	m.SHA256 = hex.EncodeToString(as[:])
+	if err := sessionrec.WriteMeta(sessionrec.Dir(acme.StateDir), m); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := agentdCmd(t, "session", "--state-dir", acme.StateDir, "play", "--raw", s.id); code == 0 || !strings.Contains(out, "is altered") {
+		t.Fatalf("agentd session play of an altered recording: exit %d\n%s", code, out)
+	}
+}
+
+// A session opened with a named token does not outlive the token: its
+// revocation ends the session within seconds, the operator told why, and
+// imsd's audit of the end says so.
+func TestSupportShellEndsWithItsToken(t *testing.T) {
+	skipShort(t)
+	ims, cli, acme, _ := startBreakGlass(t, fast)
+	admin := ims.Admin()
+	ctx := context.Background()
+	grant := requestGrant(t, cli, "acme", "--reason", "INC-11", "--for", "1h")
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--allow-sessions"); code != 0 {
+		t.Fatalf("approve --allow-sessions: %d %s", code, out)
+	}
+	tok, err := admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: "acme-support", Role: imsv1.Role_ROLE_SUPPORT, Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := openShell(t, ims.Client(tok.Msg.Token), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := s.command(0, "echo up-$((40+2))")
+	s.waitOutput(n, regexp.MustCompile(`up-42\r\n`), 10*time.Second)
+	if _, err := admin.RevokeApiToken(ctx, connect.NewRequest(&imsv1.RevokeApiTokenRequest{IdOrName: "acme-support"})); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	e, at := s.waitEnded(10 * time.Second)
+	if took := at.Sub(revoked); took > 3*time.Second || !strings.Contains(e.Reason, "may no longer hold this session") {
+		t.Fatalf("session ended %s after its token's revocation: %q", took, e.Reason)
+	}
+	cluster.Eventually(t, 10*time.Second, "the customer's record of the session's end", func() bool {
+		m, err := sessionrec.ReadMeta(sessionrec.Dir(acme.StateDir), s.id)
+		return err == nil && !m.Ended.IsZero()
+	})
+	cluster.Eventually(t, 10*time.Second, "imsd's audit of the session's end", func() bool {
+		r, err := admin.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range r.Msg.Events {
+			if ev.Subject == s.id && ev.Kind == "support.session.ended" {
+				return strings.Contains(ev.Data, "closed_by_imsd") && strings.Contains(ev.Data, "revoked")
+			}
+		}
+		return false
+	})
+}

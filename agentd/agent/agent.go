@@ -60,6 +60,12 @@ type Job struct {
 	Timeout       time.Duration
 	// Mode is the permission mode the job needs; the agent checked it.
 	Mode string
+	// Grant is, for a break_glass job or a support session, the id of the
+	// customer's break-glass grant it runs under (the one live at its
+	// start): its credentials are that grant's role until that grant's
+	// end, and it is stopped when that grant ends, whatever other grants
+	// are live. Empty: the live grant that ends last.
+	Grant string
 	// WindowBound is set for a job of a release; the agent checked that
 	// the customer's maintenance window is open.
 	WindowBound bool
@@ -276,12 +282,13 @@ type Agent struct {
 	// telemetry reads the app's declared telemetry sources as the
 	// customer's setting allows (telemetry.go).
 	telemetry *telemetry.Collector
-	// shellMu guards shells, the support sessions running now (shell.go);
-	// shellOut carries their events to the session's goroutine, which
-	// alone sends on the stream.
-	shellMu  sync.Mutex
-	shells   map[string]*shellSession
-	shellOut chan *agentv1.ConnectRequest
+	// shellMu guards shells, the support sessions running now (shell.go),
+	// and shellsStarting, those being started; shellOut carries their
+	// events to the session's goroutine, which alone sends on the stream.
+	shellMu        sync.Mutex
+	shells         map[string]*shellSession
+	shellsStarting int
+	shellOut       chan *agentv1.ConnectRequest
 }
 
 // New loads the agent's identity from the state dir, enrolling first if
@@ -663,6 +670,7 @@ func (a *Agent) setConnected(v bool) {
 // running jobs are stopped; their leases run out and imsd hands them out again.
 func (a *Agent) Run(parent context.Context) error {
 	defer a.wg.Wait()
+	a.closeAbandonedSessions()
 	// ctx also ends when the customer revokes the agent (revoke.go), with
 	// the revocation as its cause.
 	ctx, revoked := context.WithCancelCause(parent)

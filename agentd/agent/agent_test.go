@@ -252,6 +252,13 @@ func serveFake(t *testing.T, f *fakeIMS) string {
 // stop stops the agent.
 func startFakeIn(t *testing.T, f *fakeIMS, rr Runner, dir string, logw io.Writer) (a *Agent, stop func()) {
 	t.Helper()
+	return startFakeWith(t, f, rr, dir, logw, nil)
+}
+
+// startFakeWith is startFakeIn with the agent's config changed by
+// change (if not nil) before the agent starts.
+func startFakeWith(t *testing.T, f *fakeIMS, rr Runner, dir string, logw io.Writer, change func(*Config)) (a *Agent, stop func()) {
+	t.Helper()
 	url := serveFake(t, f)
 	if _, err := identity.Load(dir); err != nil {
 		key, _ := identity.NewKey()
@@ -266,8 +273,12 @@ func startFakeIn(t *testing.T, f *fakeIMS, rr Runner, dir string, logw io.Writer
 	if logw == nil {
 		logw = io.Discard
 	}
-	a, err := New(context.Background(), Config{IMSURL: url, StateDir: dir, Runner: rr, Logger: slog.New(slog.NewTextHandler(logw, nil)),
-		BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, FlushInterval: 5 * time.Millisecond})
+	cfg := Config{IMSURL: url, StateDir: dir, Runner: rr, Logger: slog.New(slog.NewTextHandler(logw, nil)),
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, FlushInterval: 5 * time.Millisecond}
+	if change != nil {
+		change(&cfg)
+	}
+	a, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

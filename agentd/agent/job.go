@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -77,6 +78,9 @@ type jobRun struct {
 	leaseUntil time.Time
 	started    bool
 	stopping   bool // given up: cancelled, waiting for the plugin to exit
+	// grant is the break-glass grant a started break_glass job runs
+	// under (Job.Grant).
+	grant string
 
 	lines   []*agentv1.LogLine // unconfirmed lines, in seq order
 	sent    int                // lines[:sent] are in flight on the current stream
@@ -313,6 +317,21 @@ func (a *Agent) run(j *jobRun, job Job) {
 			a.appendLog(j, StreamSystem, "[agentd] "+why)
 			a.finish(j, Outcome{Outcome: agentv1.Outcome_OUTCOME_REFUSED, ExitCode: -1, Error: why})
 			return
+		}
+		// A break_glass job runs under the grant live now that ends
+		// last, and only under it: its role and end are that grant's,
+		// and it stops when that grant ends, whatever other grants
+		// are live then (enforcePermissions).
+		if m, err := permissions.ParseMode(job.Mode); err == nil && m == permissions.BreakGlass {
+			if gs, err := a.grants(); err == nil {
+				if g, ok := gs.Live(a.now()); ok {
+					job.Grant = g.ID
+					a.mu.Lock()
+					j.grant = g.ID
+					a.mu.Unlock()
+					a.log.Info("break_glass job runs under grant", "job", j.id, "attempt", j.attempt, "grant", g.ID)
+				}
+			}
 		}
 		// A job of a release runs only inside the customer's maintenance
 		// window, by the agent's own clock, whatever imsd thought.

@@ -264,14 +264,25 @@ func (a *Agent) enforcePermissions() {
 	a.grants()
 	a.mu.Lock()
 	var running []*jobRun
+	var grants []string
 	for _, j := range a.jobs {
 		if j.started && j.result == nil && !j.stopping && j.ctx.Err() == nil {
 			running = append(running, j)
+			grants = append(grants, j.grant)
 		}
 	}
 	a.mu.Unlock()
-	for _, j := range running {
-		if why := a.refusal(j.mode); why != "" {
+	for i, j := range running {
+		why := a.refusal(j.mode)
+		if why == "" && grants[i] != "" {
+			// Its own grant ended, another one still live.
+			if gs, err := a.grants(); err == nil {
+				if ended := gs.Ended(grants[i], a.now()); ended != "" {
+					why = "refused: " + ended
+				}
+			}
+		}
+		if why != "" {
 			reason := "stopped in the customer's account: " + strings.TrimPrefix(why, "refused: ")
 			a.log.Warn("cancelling a running job the customer's permissions no longer allow", "job", j.id, "mode", j.mode, "why", why)
 			j.cancel(cancelled{reason: reason})

@@ -70,8 +70,11 @@ type clientStream = connect.BidiStreamForClient[agentv1.ConnectRequest, agentv1.
 func (a *Agent) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Support shells live on the stream that opened them.
-	defer a.endShells("ended: the agent's stream to imsd broke")
+	// Support shells live on the stream that opened them: those it
+	// started end with it, and one still starting when it ends ends at
+	// once (streamGone, closed under shellMu).
+	streamGone := make(chan struct{})
+	defer a.endShells("ended: the agent's stream to imsd broke", streamGone)
 	st := a.client.Connect(sctx)
 	defer st.CloseRequest()
 	if err := st.Send(nil); err != nil {
@@ -168,7 +171,7 @@ func (a *Agent) session(ctx context.Context) error {
 
 	hb := time.NewTicker(max(heartbeat, 10*time.Millisecond))
 	defer hb.Stop()
-	ss := &sessionState{writes: make(map[uint64]writeRef), beats: make(map[uint64]heartbeatRef)}
+	ss := &sessionState{writes: make(map[uint64]writeRef), beats: make(map[uint64]heartbeatRef), streamGone: streamGone}
 	var flushC <-chan time.Time
 	if err := a.flush(sst, ss); err != nil {
 		return err
@@ -275,6 +278,8 @@ type sessionState struct {
 	nextBeat  uint64
 	// auditLogged is set once a failure to keep audit records was logged.
 	auditLogged bool
+	// streamGone is closed when the stream ended (endShells).
+	streamGone chan struct{}
 }
 
 // oldestBeat is when the oldest unanswered heartbeat that named jobs left.
@@ -391,7 +396,14 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 	case *agentv1.ConnectResponse_UpdateWithdrawal:
 		a.updateWithdrawal(ctx, msg.UpdateWithdrawal)
 	case *agentv1.ConnectResponse_ShellOpen:
-		go a.openShell(ctx, msg.ShellOpen)
+		// Counted from here, on Run's goroutine, so that Run's Wait
+		// also waits for a session still starting (and for the
+		// runShell it adds).
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.openShell(ctx, msg.ShellOpen, ss.streamGone)
+		}()
 	case *agentv1.ConnectResponse_ShellInput:
 		a.shellInput(msg.ShellInput)
 	case *agentv1.ConnectResponse_Challenge, *agentv1.ConnectResponse_Welcome:

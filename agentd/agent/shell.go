@@ -7,6 +7,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -30,11 +32,23 @@ import (
 // grant's end or the customer's kill ends it within this and the kill.
 const shellPoll = 100 * time.Millisecond
 
+// maxShells bounds the support sessions an agent runs at once, whatever
+// imsd asks.
+const maxShells = 8
+
 // shellInputQueue bounds the operator's messages waiting for the PTY.
 const shellInputQueue = 64
 
+// DefaultMaxShellRecording is the most a session's recording may hold
+// (ShellConfig.MaxRecordingBytes): the session ends when it reaches it,
+// so that what an operator prints cannot fill the customer's disk.
+const DefaultMaxShellRecording = 1 << 30
+
 // ShellConfig serves support shells (Config.Shell).
 type ShellConfig struct {
+	// MaxRecordingBytes bounds each session's recording; 0 is
+	// DefaultMaxShellRecording.
+	MaxRecordingBytes int64
 	// Start builds the shell's command (PluginRunner.Shell); nil: the
 	// agent refuses every session.
 	Start func(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error)
@@ -154,8 +168,10 @@ func (a *Agent) sessionGrant() (permissions.Grant, string) {
 	return g, ""
 }
 
-// openShell handles a ShellOpen: checks, then starts the session.
-func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
+// openShell handles a ShellOpen: checks, then starts the session. A
+// session never outlives streamGone, its stream's end: one whose stream
+// ended while it started is recorded and ended at once.
+func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen, streamGone <-chan struct{}) {
 	if err := checkShellOpen(m); err != nil {
 		id := m.GetSessionId()
 		if agentproto.CheckShellSessionID(id) != nil {
@@ -171,14 +187,36 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 	}
 	a.shellMu.Lock()
 	_, dup := a.shells[m.SessionId]
+	full := len(a.shells)+a.shellsStarting >= maxShells
+	if !dup && !full {
+		a.shellsStarting++
+	}
 	a.shellMu.Unlock()
 	if dup {
 		return
 	}
+	if full {
+		a.shellRefuse(m.SessionId, fmt.Sprintf("refused: %d support sessions are open on this agent, the most it runs at once", maxShells))
+		return
+	}
+	reserved := true // the slot, until the session is in a.shells
+	defer func() {
+		if reserved {
+			a.shellMu.Lock()
+			a.shellsStarting--
+			a.shellMu.Unlock()
+		}
+	}()
 	g, why := a.sessionGrant()
 	if why != "" {
 		a.shellRefuse(m.SessionId, why)
 		return
+	}
+	select {
+	case <-streamGone:
+		a.log.Warn("support session not started: the stream that asked for it ended", "session", m.SessionId)
+		return
+	default:
 	}
 	argv := m.Command
 	if len(argv) == 0 {
@@ -200,7 +238,7 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 		return
 	}
 	cmd, cleanup, err := a.cfg.Shell.Start(ctx, ShellSpec{ID: m.SessionId, InstallID: a.id.InstallID, Component: m.Component,
-		Argv: argv, Term: term, Role: g.Role, TTY: tty.Name()})
+		Argv: argv, Term: term, Grant: g.ID, Role: g.Role, TTY: tty.Name()})
 	if err != nil {
 		ptmx.Close()
 		a.shellRefuse(m.SessionId, "refused: "+err.Error())
@@ -243,6 +281,15 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 	}
 	a.shellMu.Lock()
 	a.shells[s.id] = s
+	a.shellsStarting--
+	reserved = false
+	select {
+	case <-streamGone:
+		// endShells ran while it started: no one else will end it.
+		s.end("ended: the agent's stream to imsd broke while the session started")
+		s.abortNow()
+	default:
+	}
 	a.shellMu.Unlock()
 	a.note("session.started", "session:"+s.id, map[string]string{"operator": m.Operator, "grant": g.ID, "role": g.Role,
 		"component": m.Component, "command": strings.Join(m.Command, " "), "recording": sessionrec.CastPath(dir, s.id)})
@@ -282,9 +329,11 @@ func (a *Agent) shellInput(m *agentv1.ShellInput) {
 	}
 }
 
-// endShells ends every session (the stream broke, the agent stops).
-func (a *Agent) endShells(reason string) {
+// endShells ends every session (the stream broke, the agent stops) and
+// closes gone, so that a session still starting ends too (openShell).
+func (a *Agent) endShells(reason string, gone chan struct{}) {
 	a.shellMu.Lock()
+	close(gone)
 	for _, s := range a.shells {
 		s.end(reason)
 		s.abortNow()
@@ -299,6 +348,18 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 	dir := sessionrec.Dir(a.cfg.StateDir)
 	var wg sync.WaitGroup
 	var outBytes, inBytes int64
+	limit := a.cfg.Shell.MaxRecordingBytes
+	if limit <= 0 {
+		limit = DefaultMaxShellRecording
+	}
+	// full ends the session once its recording reached the limit.
+	full := func() bool {
+		if n := s.rec.Size(); n >= limit {
+			s.end(fmt.Sprintf("ended: the session's recording reached %d bytes, the most the agent keeps of one session", limit))
+			return true
+		}
+		return false
+	}
 	// Output: read as much as there is credit for, record it, send it.
 	outDone := make(chan struct{})
 	go func() {
@@ -322,6 +383,9 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 						return
 					}
 					if !a.shellEvent(&agentv1.ShellEvent{SessionId: s.id, Output: []byte(text)}, s.abort) {
+						return
+					}
+					if full() {
 						return
 					}
 				}
@@ -352,6 +416,9 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 					}
 				}
 				if len(m.Data) > 0 {
+					if full() {
+						return // neither recorded nor typed
+					}
 					inBytes += int64(len(m.Data))
 					s.rec.Event(a.now(), "i", strings.ToValidUTF8(string(m.Data), "\uFFFD"))
 					if _, err := s.ptmx.Write(m.Data); err != nil {
@@ -475,6 +542,44 @@ func (a *Agent) sendRecording(id, sum string) {
 	a.note("session.recording_sent", "session:"+id, map[string]string{"recording_sha256": sum, "recording_bytes": itoa(off)})
 }
 
+// closeAbandonedSessions ends, in the customer's record, the sessions
+// an agent that is gone left running (killed, crashed, the machine
+// stopped): each recording is hashed as it is, its summary says how the
+// session ended, and the journal gets the session.ended record agentd
+// session play checks the recording against from then on. A session
+// whose agent process still runs (another agentd on this state dir) is
+// left alone.
+func (a *Agent) closeAbandonedSessions() {
+	dir := sessionrec.Dir(a.cfg.StateDir)
+	ms, err := sessionrec.List(dir)
+	if err != nil {
+		a.log.Warn("read the support sessions' summaries", "err", err)
+		return
+	}
+	for _, m := range ms {
+		if !m.Ended.IsZero() || (m.PID != 0 && m.PID != os.Getpid() && syscall.Kill(m.PID, 0) != syscall.ESRCH) {
+			continue
+		}
+		var sum string
+		var size int64
+		if b, err := os.ReadFile(sessionrec.CastPath(dir, m.ID)); err == nil {
+			h := sha256.Sum256(b)
+			sum, size = hex.EncodeToString(h[:]), int64(len(b))
+		}
+		m.Ended, m.ExitCode, m.SHA256, m.Size = a.now().UTC(), -1, sum, size
+		m.Reason = fmt.Sprintf("ended: the agent (pid %d) stopped during the session, which ended with it; the recording holds what was written until then", m.PID)
+		m.PID = 0
+		if err := sessionrec.WriteMeta(dir, m); err != nil {
+			a.log.Warn("write a support session's summary", "session", m.ID, "err", err)
+			continue
+		}
+		os.Remove(sessionrec.KillPath(dir, m.ID))
+		a.note("session.ended", "session:"+m.ID, map[string]string{"operator": m.Operator, "grant": m.Grant, "reason": m.Reason,
+			"exit_code": "-1", "recording_sha256": sum, "recording_bytes": itoa(size)})
+		a.log.Warn("support session left running by a stopped agent, ended", "session", m.ID, "recording_sha256", sum)
+	}
+}
+
 // shellGrantEnded says why s's grant no longer allows it ("" while it
 // does): revoked, expired, or break-glass turned off.
 func (a *Agent) shellGrantEnded(s *shellSession) string {
@@ -485,15 +590,8 @@ func (a *Agent) shellGrantEnded(s *shellSession) string {
 	if err != nil {
 		return "ended: the customer's break-glass grants cannot be read: " + err.Error()
 	}
-	g, ok := gs.Find(s.grantID)
-	now := a.now()
-	switch {
-	case !ok:
-		return "ended: break-glass grant " + s.grantID + " is gone"
-	case !g.RevokedAt.IsZero():
-		return fmt.Sprintf("ended: break-glass grant %s was revoked by %s", g.ID, g.RevokedBy)
-	case !g.LiveAt(now):
-		return fmt.Sprintf("ended: break-glass grant %s expired at %s", g.ID, g.ExpiresAt.UTC().Format(time.RFC3339))
+	if why := gs.Ended(s.grantID, a.now()); why != "" {
+		return "ended: " + why
 	}
 	return ""
 }

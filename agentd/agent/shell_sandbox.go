@@ -19,8 +19,11 @@ type ShellSpec struct {
 	// Argv is what runs in the PTY.
 	Argv []string
 	Term string
-	// Role is the break-glass grant's role.
-	Role string
+	// Grant is the customer's break-glass grant the session runs under
+	// (one that allows sessions), Role its role: the credentials are that
+	// grant's, whatever other grants are live.
+	Grant string
+	Role  string
 	// TTY is the host path of the session's terminal (/dev/pts/N).
 	TTY string
 }
@@ -34,10 +37,17 @@ type ShellSpec struct {
 // plain PATH. The returned func cleans up after the command ended.
 func (r *PluginRunner) Shell(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error) {
 	work := filepath.Join(r.WorkRoot, spec.ID)
+	// In use from here, before it exists, so that the sweep after each
+	// job (Sweep) never removes a live session's directory.
+	r.enter(work)
+	cleanup := func() {
+		os.RemoveAll(work)
+		r.leave(work)
+	}
 	if err := os.MkdirAll(work, 0o700); err != nil {
+		cleanup()
 		return nil, nil, err
 	}
-	cleanup := func() { os.RemoveAll(work) }
 	env := map[string]string{
 		"PATH":            "/usr/local/bin:/usr/bin:/bin",
 		"HOME":            work,
@@ -60,7 +70,7 @@ func (r *PluginRunner) Shell(ctx context.Context, spec ShellSpec) (*exec.Cmd, fu
 	}
 	if r.Credentials != nil {
 		creds, _, err := r.Credentials(ctx, Job{ID: spec.ID, InstallID: spec.InstallID, Mode: "break_glass",
-			ComponentType: "shell", Operation: "shell", Component: spec.Component})
+			Grant: spec.Grant, ComponentType: "shell", Operation: "shell", Component: spec.Component})
 		if err != nil {
 			cleanup()
 			return nil, nil, fmt.Errorf("the break-glass role's credentials: %w", err)

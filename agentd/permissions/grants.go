@@ -12,6 +12,10 @@ import (
 // by its own clock, so nothing imsd sends can make or extend a grant.
 const GrantsFileName = "breakglass.json"
 
+// MaxGrant is the longest a grant may last, checked on the customer's
+// side whatever duration the vendor's server says a request asks for.
+const MaxGrant = 24 * time.Hour
+
 // Grant is a break-glass grant the customer approved on this agent.
 type Grant struct {
 	ID          string    `json:"id"`
@@ -61,6 +65,24 @@ func (gs Grants) Find(id string) (*Grant, bool) {
 		}
 	}
 	return nil, false
+}
+
+// Ended says why grant id no longer allows what was started under it
+// ("" while it is live at now): gone from the file, revoked, or expired.
+// A break_glass job or support session runs under one grant, the one
+// live at its start, and ends with that grant, whatever other grants are
+// live.
+func (gs Grants) Ended(id string, now time.Time) string {
+	g, ok := gs.Find(id)
+	switch {
+	case !ok:
+		return "break-glass grant " + id + " is gone"
+	case !g.RevokedAt.IsZero():
+		return fmt.Sprintf("break-glass grant %s was revoked by %s", g.ID, g.RevokedBy)
+	case !g.LiveAt(now):
+		return fmt.Sprintf("break-glass grant %s expired at %s", g.ID, g.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 // GrantsPath is the grants file of state dir dir.

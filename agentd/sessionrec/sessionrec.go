@@ -126,6 +126,13 @@ func (w *Writer) Event(t time.Time, code, data string) error {
 	return w.flushLocked()
 }
 
+// Size is how many bytes the recording holds so far.
+func (w *Writer) Size() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
 // Close syncs and closes the recording and returns its SHA-256 (hex)
 // and size.
 func (w *Writer) Close() (string, int64, error) {

@@ -235,15 +235,41 @@ func (a *Authenticator) WrapStreamingClient(next connect.StreamingClientFunc) co
 	return next
 }
 
+// recheckKey carries a stream's recheck (WrapStreamingHandler).
+type recheckKey struct{}
+
+// recheckFrom returns the function that checks a stream's caller again
+// (nil for a call that did not come through the Authenticator): with the
+// API token the stream opened with, looked up again (revoked, expired),
+// and the procedure's rule applied to msg, its first message. A stream
+// opened with a single sign-on ID token is checked when it opens only:
+// imsd cannot revoke one, and the token in the stream's header is not
+// refreshed.
+func recheckFrom(ctx context.Context) func(ctx context.Context, msg proto.Message) error {
+	f, _ := ctx.Value(recheckKey{}).(func(context.Context, proto.Message) error)
+	return f
+}
+
 // WrapStreamingHandler implements connect.Interceptor. The caller is
 // authenticated when the stream opens; the rule is applied to the first
-// request message as the handler receives it, before it acts on it.
+// request message as the handler receives it, before it acts on it. A
+// handler that lives long (SupportShell) checks again with recheckFrom.
 func (a *Authenticator) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		procedure := conn.Spec().Procedure
-		ctx, err := a.authorize(ctx, procedure, conn.RequestHeader().Get("Authorization"), nil, false)
+		header := conn.RequestHeader().Get("Authorization")
+		ctx, err := a.authorize(ctx, procedure, header, nil, false)
 		if err != nil {
 			return err
+		}
+		if secret, _ := strings.CutPrefix(header, "Bearer "); strings.HasPrefix(secret, auth.APITokenPrefix) {
+			ctx = context.WithValue(ctx, recheckKey{}, func(ctx context.Context, msg proto.Message) error {
+				p, err := a.authenticate(ctx, header)
+				if err != nil {
+					return err
+				}
+				return a.checkRule(WithCaller(ctx, p), p, procedure, msg)
+			})
 		}
 		if ru, ok := rules[procedure]; ok && (ru.on == onPublic || ru.on == onSelf) {
 			return next(ctx, conn)

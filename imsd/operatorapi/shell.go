@@ -10,6 +10,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,6 +27,12 @@ import (
 // call: the agent spends at least agentproto.ShellCost of its window a
 // message, so a well-behaved agent never has more in flight.
 const shellRelayBuf = agentproto.DefaultShellWindow/agentproto.MinShellCost + 8
+
+// shellRecheck is how often a session's caller is checked again
+// (recheckFrom): a revoked or expired API token ends its sessions within
+// about this, on the replica that revoked it (other replicas: within
+// their token cache's life besides).
+const shellRecheck = time.Second
 
 // shellEndWait is how long the call waits for the agent to say how a
 // session it asked to close ended (its recording's hash, for the audit).
@@ -110,6 +117,10 @@ func (s *Service) SupportShell(ctx context.Context, st *connect.BidiStream[imsv1
 		m.SessionId = id
 		return sess.Push(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ShellInput{ShellInput: m}})
 	}
+	// refusedWhy is set when imsd closed the session because its caller
+	// no longer may hold it (recheck).
+	var refusedWhy string
+	var inputStopped atomic.Bool
 	audit := func(kind string, data map[string]string) {
 		d := map[string]string{}
 		for k, v := range base {
@@ -119,6 +130,9 @@ func (s *Service) SupportShell(ctx context.Context, st *connect.BidiStream[imsv1
 		}
 		for k, v := range data {
 			d[k] = v
+		}
+		if refusedWhy != "" {
+			d["closed_by_imsd"] = refusedWhy
 		}
 		ev := store.AuditEvent{Chain: in.ID, At: s.now(), Kind: kind, Actor: p.Actor(), Subject: id, Data: d}
 		if err := s.store.RecordAudit(context.WithoutCancel(ctx), ev); err != nil {
@@ -147,6 +161,11 @@ func (s *Service) SupportShell(ctx context.Context, st *connect.BidiStream[imsv1
 				opErr <- err
 				return
 			}
+			if inputStopped.Load() {
+				// Closed by imsd: nothing more reaches the shell.
+				opErr <- io.EOF
+				return
+			}
 			in := &agentv1.ShellInput{Data: m.Input, Close: m.Close}
 			if m.Resize != nil {
 				in.Rows, in.Cols = m.Resize.Rows, m.Resize.Cols
@@ -167,9 +186,35 @@ func (s *Service) SupportShell(ctx context.Context, st *connect.BidiStream[imsv1
 	var endErr error
 	closing := false
 	var deadline <-chan time.Time
+	var recheckC <-chan time.Time
+	recheck := recheckFrom(ctx)
+	if recheck != nil {
+		tk := time.NewTicker(shellRecheck)
+		defer tk.Stop()
+		recheckC = tk.C
+	}
 	for {
 		var ev any
 		select {
+		case <-recheckC:
+			if closing {
+				continue
+			}
+			err := recheck(ctx, first)
+			if c := connect.CodeOf(err); err == nil || (c != connect.CodeUnauthenticated && c != connect.CodePermissionDenied) {
+				continue // allowed, or not known now: checked again at the next tick
+			}
+			var ce *connect.Error
+			refusedWhy = err.Error()
+			if errors.As(err, &ce) {
+				refusedWhy = ce.Message()
+			}
+			inputStopped.Store(true)
+			push(&agentv1.ShellInput{Close: true})
+			closing, deadline, endErr = true, time.After(shellEndWait), err
+			st.Send(&imsv1.SupportShellResponse{SessionId: id, Ended: &imsv1.SupportShellEnded{
+				Reason: "ended by imsd: the caller may no longer hold this session: " + refusedWhy}})
+			continue
 		case ev = <-relay.Events:
 		case <-relay.Gone:
 			// Events already taken first.
