@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -186,6 +187,28 @@ func agentdCmd(t *testing.T, args ...string) (string, int) {
 // within a second, recorded in asciicast v2 whose output is byte for byte
 // what the operator received, and audited in imsd's chain with the
 // recording's SHA-256.
+// waitBroken waits for the session to end with an error and returns it.
+func (s *shellClient) waitBroken(timeout time.Duration) error {
+	s.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		ended, err := s.ended, s.err
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if ended != nil {
+			s.t.Fatalf("session ended (%v), want an error", ended)
+		}
+		select {
+		case <-s.changed:
+		case <-deadline:
+			s.t.Fatalf("session still open %s later:\n%s", timeout, s.tail())
+		}
+	}
+}
+
 func TestSupportShell(t *testing.T) {
 	skipShort(t)
 	ims, cli, acme, _ := startBreakGlass(t, fast)
@@ -273,6 +296,34 @@ func TestSupportShell(t *testing.T) {
 	}
 	if e, _ := k.waitEnded(5 * time.Second); !strings.Contains(e.Reason, "killed by the customer") {
 		t.Fatalf("killed session's end: %v", e)
+	}
+
+	// A session opened with a support token ends when the vendor revokes
+	// the token, though the customer's grant still allows sessions: the
+	// operator gets unauthenticated, the agent closes the shell.
+	sup, err := c.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: "acme-support", Role: imsv1.Role_ROLE_SUPPORT, Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := openShell(t, ims.Client(sup.Msg.Token), "acme")
+	if err != nil {
+		t.Fatalf("open a session with a support token: %v", err)
+	}
+	v.waitOutput(0, regexp.MustCompile(`\$ $`), 20*time.Second)
+	if _, err := c.RevokeApiToken(ctx, connect.NewRequest(&imsv1.RevokeApiTokenRequest{IdOrName: "acme-support"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.waitBroken(10 * time.Second); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a session of a revoked token ended with %v, want unauthenticated", err)
+	}
+	aud, err := c.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(aud.Msg.Events, func(ev *imsv1.AuditEvent) bool {
+		return ev.Subject == v.id && ev.Kind == "support.session.ended"
+	}) {
+		t.Errorf("no support.session.ended of the revoked token's session %s", v.id)
 	}
 
 	// Revocation ends the first within a second of the revocation.

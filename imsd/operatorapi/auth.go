@@ -251,12 +251,52 @@ func (a *Authenticator) WrapStreamingHandler(next connect.StreamingHandlerFunc) 
 		note := &refusalNote{}
 		ctx = context.WithValue(ctx, refusalNoteKey{}, note)
 		cc := &checkedConn{StreamingHandlerConn: conn, ctx: ctx, a: a, procedure: procedure}
+		header := conn.RequestHeader().Get("Authorization")
+		ctx = context.WithValue(ctx, streamCheckKey{}, func(ctx context.Context) error {
+			return a.recheck(ctx, procedure, header, cc)
+		})
 		err = next(ctx, cc)
 		if err != nil && !cc.refused {
 			a.refusedByHandler(ctx, note, procedure, cc.msg, err)
 		}
 		return err
 	}
+}
+
+type streamCheckKey struct{}
+
+// stillAllowed reports whether the caller of a stream that has been
+// open a while may still make it (recheck); nil outside a stream the
+// Authenticator opened. Long-lived streams (the fleet view, a log
+// follow, a support shell) call it at each wake-up and end with its
+// error.
+func stillAllowed(ctx context.Context) error {
+	f, _ := ctx.Value(streamCheckKey{}).(func(context.Context) error)
+	if f == nil {
+		return nil
+	}
+	return f(ctx)
+}
+
+// recheck applies again what allowed a stream to open, as things stand
+// now: an API token must still be valid (a revoked or expired one ends
+// the stream: unauthenticated), and the procedure's rule must still
+// allow the stream's first message (an install relabelled out of a
+// selector grant ends it: permission_denied, recorded as a refusal). A
+// single sign-on ID token is verified when the stream opens only: the
+// grants it carries are fixed, and a stream outliving it (byoc
+// refreshes it before it expires) is not cut.
+func (a *Authenticator) recheck(ctx context.Context, procedure, header string, cc *checkedConn) error {
+	p := callerFrom(ctx)
+	if p.Kind == "token" {
+		if _, err := a.authenticate(ctx, header); err != nil {
+			return err
+		}
+	}
+	if cc.first == nil {
+		return nil
+	}
+	return a.checkRule(ctx, p, procedure, cc.first)
 }
 
 // checkedConn applies the procedure's rule to each received message.
@@ -269,6 +309,10 @@ type checkedConn struct {
 	// it (and the refusal is recorded).
 	msg     proto.Message
 	refused bool
+	// first is the first message received (set by the handler's first
+	// Receive, before it may call stillAllowed), which recheck applies
+	// the rule to again.
+	first proto.Message
 	// checked is set once a message passed the rule.
 	checked bool
 }
@@ -279,6 +323,9 @@ func (c *checkedConn) Receive(m any) error {
 	}
 	msg, _ := m.(proto.Message)
 	c.msg = msg
+	if c.first == nil {
+		c.first = msg
+	}
 	if c.checked && rules[c.procedure].firstOnly {
 		return nil
 	}

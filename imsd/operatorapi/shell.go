@@ -167,9 +167,23 @@ func (s *Service) SupportShell(ctx context.Context, st *connect.BidiStream[imsv1
 	var endErr error
 	closing := false
 	var deadline <-chan time.Time
+	// The caller's access is checked again while the session lasts: a
+	// revoked token ends it (stillAllowed).
+	recheck := time.NewTicker(s.cfg.FollowPoll)
+	defer recheck.Stop()
 	for {
 		var ev any
 		select {
+		case <-recheck.C:
+			if closing {
+				continue
+			}
+			if err := stillAllowed(ctx); err != nil {
+				endErr = err
+				push(&agentv1.ShellInput{Close: true})
+				closing, deadline = true, time.After(shellEndWait)
+			}
+			continue
 		case ev = <-relay.Events:
 		case <-relay.Gone:
 			// Events already taken first.

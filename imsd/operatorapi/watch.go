@@ -34,6 +34,13 @@ func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.
 	var sent map[string]*imsv1.InstallStatus
 	for {
 		signal := s.hub.FleetSignal()
+		if sent != nil {
+			// A revoked token or a grant no longer covering what the
+			// request asked for ends the view.
+			if err := stillAllowed(ctx); err != nil {
+				return err
+			}
+		}
 		read := time.Now()
 		cur, err := s.fleet(ctx, appID, sel)
 		if err != nil {
