@@ -674,3 +674,78 @@ func TestScopedCallerGetsFullPages(t *testing.T) {
 		t.Errorf("audit pages held %d of acme's %d records", len(records), want)
 	}
 }
+
+// Labels decide what selector grants cover, so changing an install's
+// labels needs manage on it, by byoc install label and by a push of its
+// installs/NAME.toml alike: an operator on the app may push, but not a
+// revision that relabels one of its installs (a person who is operator
+// on the app and admin on env=sandbox must not bring a prod install under
+// the admin grant). The refused push changes nothing: no revision, no
+// label. An admin on the app may.
+func TestPushRelabelNeedsManage(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	admin := ims.Admin()
+	ctx := context.Background()
+	push := func(c imsv1connect.OperatorServiceClient, acmeFile string) error {
+		var files []*imsv1.AppFile
+		for p, body := range withFile(rolesApp, "installs/acme.toml", acmeFile) {
+			files = append(files, &imsv1.AppFile{Path: p, Content: []byte(body)})
+		}
+		_, err := c.PushAppRevision(ctx, connect.NewRequest(&imsv1.PushAppRevisionRequest{Files: files}))
+		return err
+	}
+	revisions := func() int {
+		r, err := admin.ListAppRevisions(ctx, connect.NewRequest(&imsv1.ListAppRevisionsRequest{App: "shop"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Msg.Revisions)
+	}
+	labels := func() map[string]string {
+		in, err := admin.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "acme"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.Msg.Install.Labels
+	}
+	if err := push(admin, rolesApp["installs/acme.toml"]); err != nil {
+		t.Fatal(err)
+	}
+	token := func(name string, role imsv1.Role) imsv1connect.OperatorServiceClient {
+		tok, err := admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: name, Role: role, App: "shop"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ims.Client(tok.Msg.Token)
+	}
+	deployer, appAdmin := token("shop-deployer", imsv1.Role_ROLE_OPERATOR), token("shop-admin", imsv1.Role_ROLE_ADMIN)
+
+	// Settings and the rest: an operator on the app pushes them.
+	if err := push(deployer, "parallelism = 2\n"+rolesApp["installs/acme.toml"]); err != nil {
+		t.Fatalf("operator on the app pushes a setting: %v", err)
+	}
+	n := revisions()
+	for _, file := range []string{
+		"[labels]\ncustomer = \"acme\"\nenv = \"sandbox\"\n",               // a value changed
+		"[labels]\ncustomer = \"acme\"\n",                                  // a label the file named, removed
+		"[labels]\ncustomer = \"acme\"\nenv = \"prod\"\ntier = \"gold\"\n", // one added
+	} {
+		err := push(deployer, file)
+		wantCode(t, err, connect.CodePermissionDenied, "install acme")
+		if err != nil && !strings.Contains(err.Error(), "manage") {
+			t.Errorf("refusal does not name the manage permission: %v", err)
+		}
+		if got := labels(); got["env"] != "prod" || got["tier"] != "" || len(got) != 2 {
+			t.Fatalf("a refused push changed acme's labels: %v", got)
+		}
+		if revisions() != n {
+			t.Fatalf("a refused push stored a revision")
+		}
+	}
+	if err := push(appAdmin, "[labels]\ncustomer = \"acme\"\nenv = \"sandbox\"\n"); err != nil {
+		t.Fatalf("admin on the app relabels by push: %v", err)
+	}
+	if got := labels(); got["env"] != "sandbox" {
+		t.Fatalf("acme's labels after the admin's push: %v", got)
+	}
+}
