@@ -749,3 +749,72 @@ func TestPushRelabelNeedsManage(t *testing.T) {
 		t.Fatalf("acme's labels after the admin's push: %v", got)
 	}
 }
+
+// A scoped caller cannot learn which apps exist from the app filter of
+// the install lists: an app it may not read and one that does not exist
+// are refused alike, as GetApp refuses them; an app it may read (through
+// one of its installs) is listed as before.
+func TestAppFilterHidesAppsNotSeen(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	admin := ims.Admin()
+	ctx := context.Background()
+	var files []*imsv1.AppFile
+	for p, c := range rolesApp {
+		files = append(files, &imsv1.AppFile{Path: p, Content: []byte(c)})
+	}
+	if _, err := admin.PushAppRevision(ctx, connect.NewRequest(&imsv1.PushAppRevisionRequest{Files: files})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateApp(ctx, connect.NewRequest(&imsv1.CreateAppRequest{Name: "secret"})); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: "acme-viewer", Role: imsv1.Role_ROLE_VIEWER, Selector: "customer=acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer := ims.Client(tok.Msg.Token)
+	list := func(app string) (string, error) {
+		r, err := viewer.ListInstalls(ctx, connect.NewRequest(&imsv1.ListInstallsRequest{App: app}))
+		if err != nil {
+			return "", err
+		}
+		var names []string
+		for _, in := range r.Msg.Installs {
+			names = append(names, in.Name)
+		}
+		return strings.Join(names, ","), nil
+	}
+	watch := func(app string) error {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		st, err := viewer.WatchInstalls(wctx, connect.NewRequest(&imsv1.WatchInstallsRequest{App: app}))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if !st.Receive() {
+			return st.Err()
+		}
+		return nil
+	}
+	if got, err := list("shop"); err != nil || got != "acme" {
+		t.Fatalf("list installs of shop: %q %v, want acme", got, err)
+	}
+	if err := watch("shop"); err != nil {
+		t.Fatalf("watch installs of shop: %v", err)
+	}
+	for _, call := range []struct {
+		name string
+		f    func(string) error
+	}{
+		{"ListInstalls", func(app string) error { _, err := list(app); return err }},
+		{"WatchInstalls", watch},
+	} {
+		secret, none := call.f("secret"), call.f("nonesuch")
+		wantCode(t, secret, connect.CodePermissionDenied, "app secret")
+		wantCode(t, none, connect.CodePermissionDenied, "app nonesuch")
+		if strings.ReplaceAll(secret.Error(), "secret", "X") != strings.ReplaceAll(none.Error(), "nonesuch", "X") {
+			t.Errorf("%s: an app that exists and one that does not are refused differently:\n%v\n%v", call.name, secret, none)
+		}
+	}
+}

@@ -22,6 +22,9 @@ func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.
 	}
 	appID := ""
 	if req.Msg.App != "" {
+		if err := s.requireAppRead(ctx, req.Msg.App); err != nil {
+			return s.err(ctx, err)
+		}
 		app, err := s.store.GetApp(ctx, req.Msg.App)
 		if errs.Is(err, errs.NotFound) {
 			return s.err(ctx, errs.Field("app", "no app named %q", req.Msg.App))
