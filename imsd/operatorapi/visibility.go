@@ -97,7 +97,7 @@ func (s *Service) readView(ctx context.Context) (view, error) {
 		return v, err
 	}
 	for _, in := range ins {
-		if _, ok := p.Can(access.Read, access.Target{Install: in.Name, App: names[in.AppID], Labels: installLabels(in)}); ok {
+		if _, ok := p.Can(access.Read, targetOf(in, names[in.AppID])); ok {
 			v.ids[in.ID] = true
 		}
 	}
