@@ -674,3 +674,147 @@ func TestScopedCallerGetsFullPages(t *testing.T) {
 		t.Errorf("audit pages held %d of acme's %d records", len(records), want)
 	}
 }
+
+// Labels decide what selector grants cover, so changing an install's
+// labels needs manage on it, by byoc install label and by a push of its
+// installs/NAME.toml alike: an operator on the app may push, but not a
+// revision that relabels one of its installs (a person who is operator
+// on the app and admin on env=sandbox must not bring a prod install under
+// the admin grant). The refused push changes nothing: no revision, no
+// label. An admin on the app may.
+func TestPushRelabelNeedsManage(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	admin := ims.Admin()
+	ctx := context.Background()
+	push := func(c imsv1connect.OperatorServiceClient, acmeFile string) error {
+		var files []*imsv1.AppFile
+		for p, body := range withFile(rolesApp, "installs/acme.toml", acmeFile) {
+			files = append(files, &imsv1.AppFile{Path: p, Content: []byte(body)})
+		}
+		_, err := c.PushAppRevision(ctx, connect.NewRequest(&imsv1.PushAppRevisionRequest{Files: files}))
+		return err
+	}
+	revisions := func() int {
+		r, err := admin.ListAppRevisions(ctx, connect.NewRequest(&imsv1.ListAppRevisionsRequest{App: "shop"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Msg.Revisions)
+	}
+	labels := func() map[string]string {
+		in, err := admin.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "acme"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.Msg.Install.Labels
+	}
+	if err := push(admin, rolesApp["installs/acme.toml"]); err != nil {
+		t.Fatal(err)
+	}
+	token := func(name string, role imsv1.Role) imsv1connect.OperatorServiceClient {
+		tok, err := admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: name, Role: role, App: "shop"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ims.Client(tok.Msg.Token)
+	}
+	deployer, appAdmin := token("shop-deployer", imsv1.Role_ROLE_OPERATOR), token("shop-admin", imsv1.Role_ROLE_ADMIN)
+
+	// Settings and the rest: an operator on the app pushes them.
+	if err := push(deployer, "parallelism = 2\n"+rolesApp["installs/acme.toml"]); err != nil {
+		t.Fatalf("operator on the app pushes a setting: %v", err)
+	}
+	n := revisions()
+	for _, file := range []string{
+		"[labels]\ncustomer = \"acme\"\nenv = \"sandbox\"\n",               // a value changed
+		"[labels]\ncustomer = \"acme\"\n",                                  // a label the file named, removed
+		"[labels]\ncustomer = \"acme\"\nenv = \"prod\"\ntier = \"gold\"\n", // one added
+	} {
+		err := push(deployer, file)
+		wantCode(t, err, connect.CodePermissionDenied, "install acme")
+		if err != nil && !strings.Contains(err.Error(), "manage") {
+			t.Errorf("refusal does not name the manage permission: %v", err)
+		}
+		if got := labels(); got["env"] != "prod" || got["tier"] != "" || len(got) != 2 {
+			t.Fatalf("a refused push changed acme's labels: %v", got)
+		}
+		if revisions() != n {
+			t.Fatalf("a refused push stored a revision")
+		}
+	}
+	if err := push(appAdmin, "[labels]\ncustomer = \"acme\"\nenv = \"sandbox\"\n"); err != nil {
+		t.Fatalf("admin on the app relabels by push: %v", err)
+	}
+	if got := labels(); got["env"] != "sandbox" {
+		t.Fatalf("acme's labels after the admin's push: %v", got)
+	}
+}
+
+// A scoped caller cannot learn which apps exist from the app filter of
+// the install lists: an app it may not read and one that does not exist
+// are refused alike, as GetApp refuses them; an app it may read (through
+// one of its installs) is listed as before.
+func TestAppFilterHidesAppsNotSeen(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	admin := ims.Admin()
+	ctx := context.Background()
+	var files []*imsv1.AppFile
+	for p, c := range rolesApp {
+		files = append(files, &imsv1.AppFile{Path: p, Content: []byte(c)})
+	}
+	if _, err := admin.PushAppRevision(ctx, connect.NewRequest(&imsv1.PushAppRevisionRequest{Files: files})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateApp(ctx, connect.NewRequest(&imsv1.CreateAppRequest{Name: "secret"})); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: "acme-viewer", Role: imsv1.Role_ROLE_VIEWER, Selector: "customer=acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer := ims.Client(tok.Msg.Token)
+	list := func(app string) (string, error) {
+		r, err := viewer.ListInstalls(ctx, connect.NewRequest(&imsv1.ListInstallsRequest{App: app}))
+		if err != nil {
+			return "", err
+		}
+		var names []string
+		for _, in := range r.Msg.Installs {
+			names = append(names, in.Name)
+		}
+		return strings.Join(names, ","), nil
+	}
+	watch := func(app string) error {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		st, err := viewer.WatchInstalls(wctx, connect.NewRequest(&imsv1.WatchInstallsRequest{App: app}))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if !st.Receive() {
+			return st.Err()
+		}
+		return nil
+	}
+	if got, err := list("shop"); err != nil || got != "acme" {
+		t.Fatalf("list installs of shop: %q %v, want acme", got, err)
+	}
+	if err := watch("shop"); err != nil {
+		t.Fatalf("watch installs of shop: %v", err)
+	}
+	for _, call := range []struct {
+		name string
+		f    func(string) error
+	}{
+		{"ListInstalls", func(app string) error { _, err := list(app); return err }},
+		{"WatchInstalls", watch},
+	} {
+		secret, none := call.f("secret"), call.f("nonesuch")
+		wantCode(t, secret, connect.CodePermissionDenied, "app secret")
+		wantCode(t, none, connect.CodePermissionDenied, "app nonesuch")
+		if strings.ReplaceAll(secret.Error(), "secret", "X") != strings.ReplaceAll(none.Error(), "nonesuch", "X") {
+			t.Errorf("%s: an app that exists and one that does not are refused differently:\n%v\n%v", call.name, secret, none)
+		}
+	}
+}

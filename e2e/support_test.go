@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -186,6 +187,28 @@ func agentdCmd(t *testing.T, args ...string) (string, int) {
 // within a second, recorded in asciicast v2 whose output is byte for byte
 // what the operator received, and audited in imsd's chain with the
 // recording's SHA-256.
+// waitBroken waits for the session to end with an error and returns it.
+func (s *shellClient) waitBroken(timeout time.Duration) error {
+	s.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		ended, err := s.ended, s.err
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if ended != nil {
+			s.t.Fatalf("session ended (%v), want an error", ended)
+		}
+		select {
+		case <-s.changed:
+		case <-deadline:
+			s.t.Fatalf("session still open %s later:\n%s", timeout, s.tail())
+		}
+	}
+}
+
 func TestSupportShell(t *testing.T) {
 	skipShort(t)
 	ims, cli, acme, _ := startBreakGlass(t, fast)
@@ -274,6 +297,32 @@ func TestSupportShell(t *testing.T) {
 	if e, _ := k.waitEnded(5 * time.Second); !strings.Contains(e.Reason, "killed by the customer") {
 		t.Fatalf("killed session's end: %v", e)
 	}
+
+	// A session opened with a support token ends when the vendor revokes
+	// the token, though the customer's grant still allows sessions: the
+	// operator is told why, the agent closes the shell.
+	sup, err := c.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: "acme-support", Role: imsv1.Role_ROLE_SUPPORT, Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := openShell(t, ims.Client(sup.Msg.Token), "acme")
+	if err != nil {
+		t.Fatalf("open a session with a support token: %v", err)
+	}
+	v.waitOutput(0, regexp.MustCompile(`\$ $`), 20*time.Second)
+	if _, err := c.RevokeApiToken(ctx, connect.NewRequest(&imsv1.RevokeApiTokenRequest{IdOrName: "acme-support"})); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := v.waitEnded(10 * time.Second); e == nil || !strings.Contains(e.Reason, "ended by imsd") || !strings.Contains(e.Reason, "revoked API token") {
+		t.Fatalf("a session of a revoked token ended with %v (%v), want ended by imsd", e, err)
+	}
+	// Audited once the agent has closed the shell.
+	cluster.Eventually(t, 10*time.Second, "support.session.ended of the revoked token's session "+v.id, func() bool {
+		aud, err := c.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme"}))
+		return err == nil && slices.ContainsFunc(aud.Msg.Events, func(ev *imsv1.AuditEvent) bool {
+			return ev.Subject == v.id && ev.Kind == "support.session.ended"
+		})
+	})
 
 	// Revocation ends the first within a second of the revocation.
 	if out, code := breakglass(t, acme.StateDir, "revoke", grant, "--reason", "done"); code != 0 {

@@ -223,3 +223,53 @@ func vendorWorld(t *testing.T) (*cluster.IMS, *cluster.CLI) {
 	cli.Run(0, "build", "agent-token")
 	return ims, cli
 }
+
+// A label selector grant never covers the build agent's install, though
+// it has no labels and a negative selector (tier!=gold, !legacy) matches
+// no labels: an operator so scoped may not enqueue a build on the build
+// agent (StartBuild needs admin on everything), issue an enrolment token
+// for its install, or see it, its jobs or its audit chain.
+func TestSelectorGrantLeavesTheVendorOut(t *testing.T) {
+	skipShort(t)
+	ims, _ := vendorWorld(t)
+	admin := ims.Admin()
+	ctx := context.Background()
+	tok, err := admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: "not-gold", Role: imsv1.Role_ROLE_OPERATOR, Selector: "tier!=gold"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := ims.Client(tok.Msg.Token)
+	// The grant does cover acme (no tier label).
+	if _, err := op.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "acme"})); err != nil {
+		t.Fatalf("get acme: %v", err)
+	}
+	_, err = op.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{Install: "_vendor", ComponentType: "build", Operation: "apply"}))
+	wantCode(t, err, connect.CodePermissionDenied, "install _vendor")
+	_, err = op.EnqueueJobs(ctx, connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: []*imsv1.EnqueueJobRequest{{Install: "_vendor", ComponentType: "build", Operation: "apply"}}}))
+	wantCode(t, err, connect.CodePermissionDenied, "install _vendor")
+	_, err = op.CreateEnrollmentToken(ctx, connect.NewRequest(&imsv1.CreateEnrollmentTokenRequest{Install: "_vendor"}))
+	wantCode(t, err, connect.CodePermissionDenied, "install _vendor")
+	_, err = op.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "_vendor"}))
+	wantCode(t, err, connect.CodePermissionDenied, "install _vendor")
+	_, err = op.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "_vendor"}))
+	wantCode(t, err, connect.CodePermissionDenied, "install _vendor")
+
+	ins, err := op.ListInstalls(ctx, connect.NewRequest(&imsv1.ListInstallsRequest{IncludeVendor: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range ins.Msg.Installs {
+		if in.Name != "acme" {
+			t.Errorf("install list --all shows %s to a selector grant", in.Name)
+		}
+	}
+	evs, err := op.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Msg.Events {
+		if e.Chain == "vendor" {
+			t.Fatalf("the audit shows the build install's chain to a selector grant: %s %s", e.Kind, e.Subject)
+		}
+	}
+}

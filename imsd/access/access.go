@@ -182,6 +182,10 @@ type Target struct {
 	Install string
 	App     string
 	Labels  map[string]string
+	// Vendor marks the vendor's build install (_vendor), which no label
+	// selector covers: it has no labels, which a negative selector
+	// (tier!=gold) would match, and it runs the vendor's builds.
+	Vendor bool
 }
 
 // Describe names the target for people.
@@ -207,7 +211,7 @@ func (s Scope) Covers(t Target) bool {
 	case Install:
 		return t.Install != "" && t.Install == s.Value
 	case Selector:
-		return t.Install != "" && s.sel != nil && s.sel.Matches(t.Labels)
+		return t.Install != "" && !t.Vendor && s.sel != nil && s.sel.Matches(t.Labels)
 	}
 	return false
 }

@@ -23,19 +23,24 @@ func TestScopeCovers(t *testing.T) {
 	other := Target{Install: "x", App: "crm"}
 	vendor := Target{}
 	shop := Target{App: "shop"}
+	// The build agent's install: no labels, which negative selectors
+	// match, yet no selector covers it.
+	build := Target{Install: "_vendor", App: "_vendor", Vendor: true}
 	for _, c := range []struct {
 		scope string
-		want  []bool // acme, globex, other, vendor, shop
+		want  []bool // acme, globex, other, vendor, shop, build
 	}{
-		{"", []bool{true, true, true, true, true}},
-		{"install:acme", []bool{true, false, false, false, false}},
-		{"app:shop", []bool{true, true, false, false, true}},
-		{"selector:customer=acme", []bool{true, false, false, false, false}},
-		{"selector:env=prod,customer!=acme", []bool{false, true, false, false, false}},
-		{"selector:customer in (acme,globex)", []bool{true, true, false, false, false}},
+		{"", []bool{true, true, true, true, true, true}},
+		{"install:acme", []bool{true, false, false, false, false, false}},
+		{"app:shop", []bool{true, true, false, false, true, false}},
+		{"selector:customer=acme", []bool{true, false, false, false, false, false}},
+		{"selector:env=prod,customer!=acme", []bool{false, true, false, false, false, false}},
+		{"selector:customer in (acme,globex)", []bool{true, true, false, false, false, false}},
+		{"selector:customer!=acme", []bool{false, true, true, false, false, false}},
+		{"selector:!legacy", []bool{true, true, true, false, false, false}},
 	} {
 		sc := mustScope(t, c.scope)
-		for i, tg := range []Target{acme, globex, other, vendor, shop} {
+		for i, tg := range []Target{acme, globex, other, vendor, shop, build} {
 			if got := sc.Covers(tg); got != c.want[i] {
 				t.Errorf("%q covers %+v = %v, want %v", c.scope, tg, got, c.want[i])
 			}

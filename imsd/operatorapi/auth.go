@@ -235,19 +235,18 @@ func (a *Authenticator) WrapStreamingClient(next connect.StreamingClientFunc) co
 	return next
 }
 
-// recheckKey carries a stream's recheck (WrapStreamingHandler).
-type recheckKey struct{}
-
 // recheckFrom returns the function that checks a stream's caller again
-// (nil for a call that did not come through the Authenticator): with the
-// API token the stream opened with, looked up again (revoked, expired),
-// and the procedure's rule applied to msg, its first message. A stream
-// opened with a single sign-on ID token is checked when it opens only:
-// imsd cannot revoke one, and the token in the stream's header is not
-// refreshed.
+// (nil for a call that did not come through the Authenticator), as
+// stillAllowed does: an API token looked up again (revoked, expired),
+// and the procedure's rule applied again to the stream's first message
+// (grants and labels as they stand). A single sign-on ID token is
+// verified when the stream opens only: imsd cannot revoke one, and the
+// token in the stream's header is not refreshed.
 func recheckFrom(ctx context.Context) func(ctx context.Context, msg proto.Message) error {
-	f, _ := ctx.Value(recheckKey{}).(func(context.Context, proto.Message) error)
-	return f
+	if ctx.Value(streamCheckKey{}) == nil {
+		return nil
+	}
+	return func(ctx context.Context, _ proto.Message) error { return stillAllowed(ctx) }
 }
 
 // WrapStreamingHandler implements connect.Interceptor. The caller is
@@ -262,27 +261,57 @@ func (a *Authenticator) WrapStreamingHandler(next connect.StreamingHandlerFunc) 
 		if err != nil {
 			return err
 		}
-		if secret, _ := strings.CutPrefix(header, "Bearer "); strings.HasPrefix(secret, auth.APITokenPrefix) {
-			ctx = context.WithValue(ctx, recheckKey{}, func(ctx context.Context, msg proto.Message) error {
-				p, err := a.authenticate(ctx, header)
-				if err != nil {
-					return err
-				}
-				return a.checkRule(WithCaller(ctx, p), p, procedure, msg)
-			})
-		}
 		if ru, ok := rules[procedure]; ok && (ru.on == onPublic || ru.on == onSelf) {
 			return next(ctx, conn)
 		}
 		note := &refusalNote{}
 		ctx = context.WithValue(ctx, refusalNoteKey{}, note)
 		cc := &checkedConn{StreamingHandlerConn: conn, ctx: ctx, a: a, procedure: procedure}
+		ctx = context.WithValue(ctx, streamCheckKey{}, func(ctx context.Context) error {
+			return a.recheck(ctx, procedure, header, cc)
+		})
 		err = next(ctx, cc)
 		if err != nil && !cc.refused {
 			a.refusedByHandler(ctx, note, procedure, cc.msg, err)
 		}
 		return err
 	}
+}
+
+type streamCheckKey struct{}
+
+// stillAllowed reports whether the caller of a stream that has been
+// open a while may still make it (recheck); nil outside a stream the
+// Authenticator opened. Long-lived streams (the fleet view, a log
+// follow, a support shell) call it at each wake-up and end with its
+// error.
+func stillAllowed(ctx context.Context) error {
+	f, _ := ctx.Value(streamCheckKey{}).(func(context.Context) error)
+	if f == nil {
+		return nil
+	}
+	return f(ctx)
+}
+
+// recheck applies again what allowed a stream to open, as things stand
+// now: an API token must still be valid (a revoked or expired one ends
+// the stream: unauthenticated), and the procedure's rule must still
+// allow the stream's first message (an install relabelled out of a
+// selector grant ends it: permission_denied, recorded as a refusal). A
+// single sign-on ID token is verified when the stream opens only: the
+// grants it carries are fixed, and a stream outliving it (byoc
+// refreshes it before it expires) is not cut.
+func (a *Authenticator) recheck(ctx context.Context, procedure, header string, cc *checkedConn) error {
+	p := callerFrom(ctx)
+	if p.Kind == "token" {
+		if _, err := a.authenticate(ctx, header); err != nil {
+			return err
+		}
+	}
+	if cc.first == nil {
+		return nil
+	}
+	return a.checkRule(ctx, p, procedure, cc.first)
 }
 
 // checkedConn applies the procedure's rule to each received message.
@@ -295,6 +324,10 @@ type checkedConn struct {
 	// it (and the refusal is recorded).
 	msg     proto.Message
 	refused bool
+	// first is the first message received (set by the handler's first
+	// Receive, before it may call stillAllowed), which recheck applies
+	// the rule to again.
+	first proto.Message
 	// checked is set once a message passed the rule.
 	checked bool
 }
@@ -305,6 +338,9 @@ func (c *checkedConn) Receive(m any) error {
 	}
 	msg, _ := m.(proto.Message)
 	c.msg = msg
+	if c.first == nil {
+		c.first = msg
+	}
 	if c.checked && rules[c.procedure].firstOnly {
 		return nil
 	}

@@ -70,6 +70,9 @@ func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.L
 	}
 	appID := ""
 	if req.Msg.App != "" {
+		if err := s.requireAppRead(ctx, req.Msg.App); err != nil {
+			return nil, s.err(ctx, err)
+		}
 		app, err := s.store.GetApp(ctx, req.Msg.App)
 		if errs.Is(err, errs.NotFound) {
 			return nil, s.err(ctx, errs.Field("app", "no app named %q", req.Msg.App))

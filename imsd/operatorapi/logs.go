@@ -67,10 +67,17 @@ func (s *Service) StreamJobLogs(ctx context.Context, req *connect.Request[imsv1.
 		}
 		// A tail goes on like any stream, after its last line.
 	}
-	for {
+	for first := true; ; first = false {
 		// Take the signal before reading, so a line written between the
 		// read and the wait still wakes us.
 		signal := s.hub.LogSignal(m.JobId)
+		if !first {
+			// A revoked token, or the job's install relabelled out of
+			// the caller's selector grant, ends the follow.
+			if err := stillAllowed(ctx); err != nil {
+				return err
+			}
+		}
 		job, err := s.store.GetJob(ctx, m.JobId)
 		if err != nil {
 			return s.err(ctx, err)

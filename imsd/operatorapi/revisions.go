@@ -66,6 +66,11 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		if err := s.requireApp(ctx, "push revisions of", access.Deploy, a.Name); err != nil {
 			return nil, s.err(ctx, err)
 		}
+		if !req.Msg.NoDeploy {
+			if err := s.checkRelabels(ctx, a, app); err != nil {
+				return nil, s.err(ctx, err)
+			}
+		}
 	case errs.Is(err, errs.NotFound):
 		// A first push creates the app: vendor-wide.
 		if err := s.requireApp(ctx, "push a new app", access.Deploy, ""); err != nil {
@@ -223,6 +228,53 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev 
 		out = append(out, ia)
 	}
 	return out, nil
+}
+
+// checkRelabels refuses a push whose installs/*.toml would change the
+// labels of an install that exists (applyInstallFiles) unless the caller
+// may manage it, as byoc install label needs: labels decide what
+// selector grants cover, so deploying the app must not move its installs
+// into another grant. It runs before anything is stored: a refused push
+// changes nothing. A push's new installs take their labels as
+// CreateInstall's do.
+func (s *Service) checkRelabels(ctx context.Context, a store.App, app *config.App) error {
+	if callerFrom(ctx).Everywhere(access.Manage) {
+		return nil
+	}
+	// The revision the push will follow, as applyInstallFiles reads it.
+	var prev *config.App
+	latest, err := s.store.GetAppRevision(ctx, a.ID, 0)
+	switch {
+	case err == nil:
+		if old, err := load.Parse(latest.Files, storedOptions()); err == nil {
+			prev = old
+		}
+	case !errs.Is(err, errs.NotFound):
+		return err
+	}
+	for _, f := range app.Installs {
+		in, err := s.store.GetInstall(ctx, f.Name)
+		if errs.Is(err, errs.NotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if in.AppID != a.ID {
+			continue // refused by applyInstallFiles, naming the file
+		}
+		var before *config.InstallFile
+		if prev != nil {
+			before = installFile(prev, f.Name)
+		}
+		if len(labelChanges(in.Labels, mergeLabels(in.Labels, before, f.Labels))) == 0 {
+			continue
+		}
+		if err := s.require(ctx, "change the labels (by "+app.FileOf("install", f.Name)+") of", access.Manage, in.Name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // installFile returns app's installs/*.toml of install name, or nil.

@@ -203,7 +203,12 @@ func installTarget(ctx context.Context, st *store.Store, in store.Install) (acce
 	if err != nil {
 		return access.Target{}, err
 	}
-	return access.Target{Install: in.Name, App: app.Name, Labels: installLabels(in)}, nil
+	return targetOf(in, app.Name), nil
+}
+
+// targetOf is the access target of install in of the app named app.
+func targetOf(in store.Install, app string) access.Target {
+	return access.Target{Install: in.Name, App: app, Labels: installLabels(in), Vendor: in.ID == store.VendorInstallID}
 }
 
 // installLabels returns an install's labels.
@@ -352,7 +357,7 @@ func checkApp(ctx context.Context, st *store.Store, p access.Principal, ru rule,
 			return err
 		}
 		for _, in := range ins {
-			if _, ok := p.Can(ru.perm, access.Target{Install: in.Name, App: app.Name, Labels: installLabels(in)}); ok {
+			if _, ok := p.Can(ru.perm, targetOf(in, app.Name)); ok {
 				return nil
 			}
 		}

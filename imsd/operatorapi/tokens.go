@@ -174,6 +174,10 @@ func (s *Service) RevokeApiToken(ctx context.Context, req *connect.Request[imsv1
 	if s.tokenRevoked != nil {
 		s.tokenRevoked()
 	}
+	// Wake the fleet views, so one the token opened ends now
+	// (stillAllowed); log follows and support shells end at their next
+	// check, within FollowPoll.
+	s.hub.FleetChanged()
 	s.log.InfoContext(ctx, "api token revoked", "token", tok.ID, "name", tok.Name, "by", by)
 	return connect.NewResponse(&imsv1.RevokeApiTokenResponse{Token: apiTokenToProto(tok)}), nil
 }

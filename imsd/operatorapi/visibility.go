@@ -25,6 +25,15 @@ func (s *Service) requireApp(ctx context.Context, what string, perm access.Perm,
 	return denied(p, what, perm, t)
 }
 
+// requireAppRead checks the caller may read the app with id or name
+// idOrName, as GetApp's rule does: a list filtered by an app refuses an
+// app the caller may not read and one that does not exist alike, so a
+// scoped caller cannot tell which apps exist (a caller who may read
+// everything is told when there is none).
+func (s *Service) requireAppRead(ctx context.Context, idOrName string) error {
+	return checkApp(ctx, s.store, callerFrom(ctx), rule{perm: access.Read, verb: "list the installs of"}, idOrName)
+}
+
 // view says which installs the caller may read: every one, or those in
 // ids (by id) — what every list and the fleet view answer.
 type view struct {
@@ -88,7 +97,7 @@ func (s *Service) readView(ctx context.Context) (view, error) {
 		return v, err
 	}
 	for _, in := range ins {
-		if _, ok := p.Can(access.Read, access.Target{Install: in.Name, App: names[in.AppID], Labels: installLabels(in)}); ok {
+		if _, ok := p.Can(access.Read, targetOf(in, names[in.AppID])); ok {
 			v.ids[in.ID] = true
 		}
 	}

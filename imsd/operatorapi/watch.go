@@ -22,6 +22,9 @@ func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.
 	}
 	appID := ""
 	if req.Msg.App != "" {
+		if err := s.requireAppRead(ctx, req.Msg.App); err != nil {
+			return s.err(ctx, err)
+		}
 		app, err := s.store.GetApp(ctx, req.Msg.App)
 		if errs.Is(err, errs.NotFound) {
 			return s.err(ctx, errs.Field("app", "no app named %q", req.Msg.App))
@@ -34,6 +37,13 @@ func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.
 	var sent map[string]*imsv1.InstallStatus
 	for {
 		signal := s.hub.FleetSignal()
+		if sent != nil {
+			// A revoked token or a grant no longer covering what the
+			// request asked for ends the view.
+			if err := stillAllowed(ctx); err != nil {
+				return err
+			}
+		}
 		read := time.Now()
 		cur, err := s.fleet(ctx, appID, sel)
 		if err != nil {
