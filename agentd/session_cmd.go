@@ -178,6 +178,9 @@ func sessionWatch(ctx context.Context, dir, id string, stdout io.Writer) error {
 	var pending []byte
 	buf := make([]byte, 64<<10)
 	header := true
+	// The operator's output as a terminal draws it, without the control
+	// strings that would reach past it (the clipboard: asciicast.Safe).
+	safe := asciicast.Safe(stdout)
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -202,7 +205,7 @@ func sessionWatch(ctx context.Context, dir, id string, stdout io.Writer) error {
 			json.Unmarshal(ev[1], &code)
 			json.Unmarshal(ev[2], &data)
 			if code == "o" {
-				io.WriteString(stdout, data)
+				io.WriteString(safe, data)
 			}
 		}
 		if n > 0 {

@@ -148,3 +148,29 @@ func TestSessionPlayRefusesAlteredRecording(t *testing.T) {
 		t.Fatalf("altered: %d %q %s", code, out, e)
 	}
 }
+
+// The operator's output replayed on the customer's terminal (watch, play)
+// draws as it did, but carries none of the control strings that reach
+// past the screen: an OSC 52 that would put a command on the customer's
+// clipboard, a title. play --raw still writes the bytes exactly.
+func TestSessionReplayDropsControlStrings(t *testing.T) {
+	dir := t.TempDir()
+	writeSession(t, dir, "ss_dddddddd", "$ ", "ls\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07\r\n", "\x1b]0;owned\x1b\\\x1b[32mok\x1b[0m\r\n")
+	run := func(args ...string) string {
+		var o, e bytes.Buffer
+		if code := sessionCmd(context.Background(), append([]string{"--state-dir", dir}, args...), &o, &e, time.Now); code != 0 {
+			t.Fatalf("%v: %d %s", args, code, e.String())
+		}
+		return o.String()
+	}
+	want := "$ ls\r\n\x1b[32mok\x1b[0m\r\n"
+	if out := run("play", "--speed", "1000", "ss_dddddddd"); out != want {
+		t.Errorf("play: %q, want %q", out, want)
+	}
+	if out := run("watch", "ss_dddddddd"); !strings.HasPrefix(out, want) {
+		t.Errorf("watch: %q, want it to begin %q", out, want)
+	}
+	if out := run("play", "--raw", "ss_dddddddd"); !strings.Contains(out, "\x1b]52;c;") {
+		t.Errorf("play --raw: %q, want the bytes exactly", out)
+	}
+}

@@ -98,6 +98,10 @@ func Play(ctx context.Context, evs []Event, speed float64, raw bool, w io.Writer
 	if speed <= 0 {
 		speed = 1
 	}
+	if !raw {
+		// For a viewer's terminal: no control strings (Safe).
+		w = Safe(w)
+	}
 	start := time.Now()
 	for _, e := range evs {
 		if e.Code != "o" {
