@@ -187,28 +187,6 @@ func agentdCmd(t *testing.T, args ...string) (string, int) {
 // within a second, recorded in asciicast v2 whose output is byte for byte
 // what the operator received, and audited in imsd's chain with the
 // recording's SHA-256.
-// waitBroken waits for the session to end with an error and returns it.
-func (s *shellClient) waitBroken(timeout time.Duration) error {
-	s.t.Helper()
-	deadline := time.After(timeout)
-	for {
-		s.mu.Lock()
-		ended, err := s.ended, s.err
-		s.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		if ended != nil {
-			s.t.Fatalf("session ended (%v), want an error", ended)
-		}
-		select {
-		case <-s.changed:
-		case <-deadline:
-			s.t.Fatalf("session still open %s later:\n%s", timeout, s.tail())
-		}
-	}
-}
-
 func TestSupportShell(t *testing.T) {
 	skipShort(t)
 	ims, cli, acme, _ := startBreakGlass(t, fast)
