@@ -66,6 +66,13 @@ func TestBatchSignedJobsRunEndToEnd(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "agent")
 	cluster.StartAgent(t, ims.URL(), token, state)
 	waitConnected(t, ims, "acme")
+	// One job first, run to its end: the agent is then surely taking
+	// jobs on this stream (shown connected, its stream may not be ready
+	// for a hand-over at enqueue yet on a loaded machine).
+	warm := enqueue(t, ims.Admin(), "acme", `true`, 60)
+	if _, end := follow(t, ims.Admin(), warm.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("the first job ended %v (%s)", end.State, end.Error)
+	}
 	req := &imsv1.EnqueueJobsRequest{}
 	for range 3 {
 		req.Jobs = append(req.Jobs, &imsv1.EnqueueJobRequest{Install: "acme", ComponentType: "action", Operation: "apply",
