@@ -18,6 +18,27 @@ import (
 // A support session does not outlive the stream that asked for it, even
 // when the stream ends while the session is still starting (its
 // credentials being fetched): it is recorded, ended at once, and its
+
+// sessionAgent starts an agent on a fake imsd with configure applied,
+// break-glass on and a live grant (bg_1) that allows sessions, and
+// returns its state dir, the fake imsd and the agent's stream.
+func sessionAgent(t *testing.T, configure func(*Config)) (string, *fakeIMS, *fakeStream) {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fakeIMS{}
+	a, _ := startFakeWith(t, f, &runRecorder{release: make(chan struct{})}, dir, nil, configure)
+	setPermissions(t, a, func(s *permissions.State) { s.BreakGlass = true })
+	now := time.Now()
+	if _, err := permissions.UpdateGrants(dir, func(g *permissions.Grants) error {
+		g.Grants = append(g.Grants, permissions.Grant{ID: "bg_1", ApprovedAt: now, ExpiresAt: now.Add(time.Hour), AllowSessions: true})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	fs := <-f.streams
+	return dir, f, fs
+}
+
 // command killed, not left running with no operator until the grant ends.
 func TestShellStartingAsItsStreamEndsEnds(t *testing.T) {
 	starting, release := make(chan struct{}), make(chan struct{})
@@ -29,18 +50,7 @@ func TestShellStartingAsItsStreamEndsEnds(t *testing.T) {
 		cmds <- cmd
 		return cmd, func() {}, nil
 	}
-	dir := t.TempDir()
-	f := &fakeIMS{}
-	a, _ := startFakeWith(t, f, &runRecorder{release: make(chan struct{})}, dir, nil, func(c *Config) { c.Shell.Start = start })
-	setPermissions(t, a, func(s *permissions.State) { s.BreakGlass = true })
-	now := time.Now()
-	if _, err := permissions.UpdateGrants(dir, func(g *permissions.Grants) error {
-		g.Grants = append(g.Grants, permissions.Grant{ID: "bg_1", ApprovedAt: now, ExpiresAt: now.Add(time.Hour), AllowSessions: true})
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	fs := <-f.streams
+	dir, f, fs := sessionAgent(t, func(c *Config) { c.Shell.Start = start })
 	const id = "ss_startingstream1"
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ShellOpen{ShellOpen: &agentv1.ShellOpen{SessionId: id,
 		Operator: "alice", Rows: 24, Cols: 80, WindowBytes: agentproto.DefaultShellWindow}}}
@@ -76,20 +86,7 @@ func TestShellRecordingIsBounded(t *testing.T) {
 	start := func(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error) {
 		return exec.Command("sh", "-c", "while :; do echo aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; done"), func() {}, nil
 	}
-	dir := t.TempDir()
-	f := &fakeIMS{}
-	a, _ := startFakeWith(t, f, &runRecorder{release: make(chan struct{})}, dir, nil, func(c *Config) {
-		c.Shell.Start, c.Shell.MaxRecordingBytes = start, limit
-	})
-	setPermissions(t, a, func(s *permissions.State) { s.BreakGlass = true })
-	now := time.Now()
-	if _, err := permissions.UpdateGrants(dir, func(g *permissions.Grants) error {
-		g.Grants = append(g.Grants, permissions.Grant{ID: "bg_1", ApprovedAt: now, ExpiresAt: now.Add(time.Hour), AllowSessions: true})
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	fs := <-f.streams
+	dir, _, fs := sessionAgent(t, func(c *Config) { c.Shell.Start, c.Shell.MaxRecordingBytes = start, limit })
 	const id = "ss_boundedrecording1"
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ShellOpen{ShellOpen: &agentv1.ShellOpen{SessionId: id,
 		Operator: "alice", Rows: 24, Cols: 80, WindowBytes: agentproto.DefaultShellWindow}}}
@@ -124,18 +121,7 @@ func TestShellsAreBounded(t *testing.T) {
 	start := func(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error) {
 		return exec.Command("sleep", "300"), func() {}, nil
 	}
-	dir := t.TempDir()
-	f := &fakeIMS{}
-	a, _ := startFakeWith(t, f, &runRecorder{release: make(chan struct{})}, dir, nil, func(c *Config) { c.Shell.Start = start })
-	setPermissions(t, a, func(s *permissions.State) { s.BreakGlass = true })
-	now := time.Now()
-	if _, err := permissions.UpdateGrants(dir, func(g *permissions.Grants) error {
-		g.Grants = append(g.Grants, permissions.Grant{ID: "bg_1", ApprovedAt: now, ExpiresAt: now.Add(time.Hour), AllowSessions: true})
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	fs := <-f.streams
+	_, _, fs := sessionAgent(t, func(c *Config) { c.Shell.Start = start })
 	for i := range maxShells + 1 {
 		fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ShellOpen{ShellOpen: &agentv1.ShellOpen{SessionId: fmt.Sprintf("ss_manysessions%02d", i),
 			Operator: "alice", Rows: 24, Cols: 80, WindowBytes: agentproto.DefaultShellWindow}}}
