@@ -1,16 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/term"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
@@ -31,12 +34,17 @@ grant you approved is live by its own clock, and cancels them when it
 ends. imsd (the vendor) can neither make a grant nor extend one.
 
   list                     every request and grant, with its state
-  approve ID [--for D] [--allow-sessions]
+  approve ID [--role R] [--for D] [--allow-sessions]
                            grant a pending request, for the duration asked
-                           or the shorter D (e.g. 30m); --allow-sessions
-                           also lets the holder open interactive support
-                           sessions (byoc support shell), recorded here
-                           (agentd session); off by default
+                           or the shorter D (e.g. 30m). On a terminal it
+                           shows the request and asks you to type its role;
+                           elsewhere --role R is required, and the request
+                           must ask for R (imsd cannot change the role
+                           between what you saw and what you grant).
+                           --allow-sessions also lets the holder open
+                           interactive support sessions (byoc support
+                           shell), recorded here (agentd session); off by
+                           default
   deny ID --reason TEXT    refuse a pending request
   revoke ID [--reason T]   end an approved grant now; running break-glass
                            jobs are cancelled within a second, even if
@@ -44,7 +52,9 @@ ends. imsd (the vendor) can neither make a grant nor extend one.
 `
 
 // breakglassCmd runs "agentd breakglass ...".
-func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) int {
+//
+// stdin answers approve's question when it is a terminal.
+func breakglassCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, now func() time.Time) int {
 	fs := flag.NewFlagSet("agentd breakglass", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), breakglassUsage) }
@@ -53,6 +63,7 @@ func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer,
 	dur := fs.Duration("for", 0, "approve for this `duration` (at most what was asked)")
 	reason := fs.String("reason", "", "why (required to deny)")
 	allowSessions := fs.Bool("allow-sessions", false, "approve: also allow interactive support sessions under the grant")
+	role := fs.String("role", "", "approve: the `role` you grant; the request must ask for it (required where stdin is not a terminal)")
 	words, code := parseWords(fs, args, stdout)
 	if words == nil {
 		return code
@@ -75,6 +86,15 @@ func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer,
 		fmt.Fprintln(stderr, "agentd breakglass: --allow-sessions is for approve only")
 		return 2
 	}
+	if *role != "" && cmd != "approve" {
+		fmt.Fprintln(stderr, "agentd breakglass: --role is for approve only")
+		return 2
+	}
+	asker := terminalAsker(stdin, stdout)
+	if cmd == "approve" && *role == "" && asker == nil {
+		fmt.Fprintln(stderr, "agentd breakglass approve: --role is required where stdin is not a terminal: name the role you grant (agentd breakglass list shows what each request asks for)")
+		return 2
+	}
 	if *dur < 0 || (*dur != 0 && cmd != "approve") {
 		fmt.Fprintln(stderr, "agentd breakglass: --for is for approve only, and positive")
 		return 2
@@ -95,7 +115,7 @@ func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer,
 	case "list":
 		return c.list(ctx)
 	case "approve":
-		return c.approve(ctx, rest[0], *dur, *allowSessions)
+		return c.approve(ctx, rest[0], approval{d: *dur, role: *role, allowSessions: *allowSessions, ask: asker})
 	case "deny":
 		return c.deny(ctx, rest[0], *reason)
 	default:
@@ -242,7 +262,35 @@ func oneLine(s string) string {
 	return s
 }
 
-func (c *bgClient) approve(ctx context.Context, id string, d time.Duration, allowSessions bool) int {
+// approval is what the customer said on approve's command line.
+type approval struct {
+	d             time.Duration
+	role          string // the role the customer grants: the request must ask for it
+	allowSessions bool
+	// ask shows a question on the customer's terminal and returns the
+	// line typed; nil where stdin is not a terminal (role is then set).
+	ask func(question string) (string, error)
+}
+
+// terminalAsker returns approve's question on stdin's terminal, or nil
+// when stdin is not one.
+func terminalAsker(stdin io.Reader, stdout io.Writer) func(string) (string, error) {
+	f, ok := stdin.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	r := bufio.NewReader(f)
+	return func(q string) (string, error) {
+		fmt.Fprint(stdout, q)
+		line, err := r.ReadString('\n')
+		if err != nil && line == "" {
+			return "", err
+		}
+		return strings.TrimSpace(line), nil
+	}
+}
+
+func (c *bgClient) approve(ctx context.Context, id string, a approval) int {
 	g, err := c.find(ctx, id)
 	if err != nil {
 		return c.fail(err)
@@ -250,6 +298,7 @@ func (c *bgClient) approve(ctx context.Context, id string, d time.Duration, allo
 	if g.State != "pending" {
 		return c.fail(fmt.Errorf("break-glass request %s is %s: only a pending request can be approved", id, g.State))
 	}
+	d := a.d
 	asked := time.Duration(g.DurationSeconds) * time.Second
 	if d == 0 {
 		d = asked
@@ -267,6 +316,26 @@ func (c *bgClient) approve(ctx context.Context, id string, d time.Duration, allo
 	if by == "" || by == g.RequestedBy {
 		return c.fail(fmt.Errorf("the approver (%q) must be a local user other than the requester", by))
 	}
+	// The role is what the grant gives (with a stack, the cloud role the
+	// jobs assume): the vendor's server reports it, so the customer names
+	// it, typed or with --role, and a request asking for another one is
+	// not approved whatever list showed before.
+	if a.role == "" {
+		fmt.Fprintf(c.stdout, "Break-glass request %s on this install:\n  role:         %s\n  asked by:     %s\n  reason:       %s\n  for:          %s\n  sessions:     %s\n\n",
+			oneLine(g.Id), oneLine(g.Role), oneLine(g.RequestedBy), oneLine(g.Reason), d, map[bool]string{true: "allowed (--allow-sessions)", false: "not allowed"}[a.allowSessions])
+		typed, err := a.ask(fmt.Sprintf("Type the role (%s) to approve it, anything else cancels: ", oneLine(g.Role)))
+		if err != nil || typed != g.Role {
+			if err != nil {
+				typed = "nothing"
+			} else {
+				typed = strconv.Quote(typed)
+			}
+			return c.fail(fmt.Errorf("approval of %s cancelled: %s typed, not the role %q; nothing was decided", id, typed, oneLine(g.Role)))
+		}
+	} else if a.role != g.Role {
+		return c.fail(fmt.Errorf("break-glass request %s asks for role %q, not %q: nothing was decided (agentd breakglass list)", id, oneLine(g.Role), a.role))
+	}
+	allowSessions := a.allowSessions
 	now := c.now().UTC()
 	dec := agentproto.BreakGlassDecision{GrantID: id, AgentID: c.id.AgentID, InstallID: c.id.InstallID,
 		Decision: agentproto.DecisionApprove, Role: g.Role, By: by, At: now, ExpiresAt: now.Add(d)}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,8 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/creack/pty"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
@@ -30,7 +33,7 @@ func TestBreakglassCommand(t *testing.T) {
 	run := func(want int, args ...string) string {
 		t.Helper()
 		var out, errOut bytes.Buffer
-		if code := breakglassCmd(context.Background(), args, &out, &errOut, func() time.Time { return now }); code != want {
+		if code := breakglassCmd(context.Background(), args, nil, &out, &errOut, func() time.Time { return now }); code != want {
 			t.Fatalf("agentd breakglass %s: exit %d, want %d\n%s%s", strings.Join(args, " "), code, want, out.String(), errOut.String())
 		}
 		return out.String() + errOut.String()
@@ -43,6 +46,8 @@ func TestBreakglassCommand(t *testing.T) {
 		{[]string{"--state-dir", dir, "approve"}, "want 1 argument(s), got 0"},
 		{[]string{"--state-dir", dir, "deny", "bg_1"}, "--reason is required"},
 		{[]string{"--state-dir", dir, "revoke", "bg_1", "--for", "1m"}, "--for is for approve only"},
+		{[]string{"--state-dir", dir, "deny", "bg_1", "--reason", "x", "--role", "admin"}, "--role is for approve only"},
+		{[]string{"--state-dir", dir, "approve", "bg_1"}, "--role is required where stdin is not a terminal"},
 		{[]string{"list"}, "--state-dir is required"},
 	} {
 		if out := run(2, c.args...); !strings.Contains(out, c.want) {
@@ -159,7 +164,7 @@ func TestBreakglassListUntil(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	if code := breakglassCmd(context.Background(), []string{"list", "--state-dir", dir}, &out, &errOut, func() time.Time { return now }); code != 0 {
+	if code := breakglassCmd(context.Background(), []string{"list", "--state-dir", dir}, nil, &out, &errOut, func() time.Time { return now }); code != 0 {
 		t.Fatalf("list: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 	for _, want := range [][]string{
@@ -206,12 +211,36 @@ func (s *decideImsd) DecideBreakGlass(context.Context, *connect.Request[agentv1.
 // --for, is refused on the customer's side (imsd not told, no grant
 // kept); with --for 24h or less it is approved for that.
 func TestBreakglassApproveCapsTheDuration(t *testing.T) {
-	dir := t.TempDir()
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	srv := &decideImsd{listImsd: listImsd{grants: []*agentv1.BreakGlassGrant{
 		{Id: "bg_long", State: "pending", Role: "admin", RequestedBy: "ops", DurationSeconds: 10 * 365 * 24 * 3600,
 			RequestExpireTime: timestamppb.New(now.Add(10 * time.Minute))},
 	}}}
+	dir := bgImsd(t, srv)
+	run := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := breakglassCmd(context.Background(), append(args, "--state-dir", dir), nil, &out, &errOut, func() time.Time { return now })
+		return code, out.String() + errOut.String()
+	}
+	if code, out := run("approve", "bg_long", "--role", "admin"); code != 1 || !strings.Contains(out, "longer than the 24h0m0s a grant may last") {
+		t.Fatalf("approve of a request for ten years: exit %d\n%s", code, out)
+	}
+	if gs, err := permissions.LoadGrants(dir); err != nil || len(gs.Grants) != 0 || srv.decided != 0 {
+		t.Fatalf("after the refused approval: grants %+v (%v), %d decisions sent", gs, err, srv.decided)
+	}
+	if code, out := run("approve", "bg_long", "--role", "admin", "--for", "2h"); code != 0 {
+		t.Fatalf("approve --for 2h: exit %d\n%s", code, out)
+	}
+	gs, err := permissions.LoadGrants(dir)
+	if err != nil || len(gs.Grants) != 1 || !gs.Grants[0].ExpiresAt.Equal(now.Add(2*time.Hour)) {
+		t.Fatalf("grants after approve --for 2h: %+v, %v", gs, err)
+	}
+}
+
+// bgImsd starts srv as the install's imsd and enrols an agent with it in
+// a new state directory, which it returns.
+func bgImsd(t *testing.T, srv agentv1connect.AgentServiceHandler) string {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(agentv1connect.NewAgentServiceHandler(srv))
 	hs := httptest.NewUnstartedServer(mux)
@@ -224,26 +253,86 @@ func TestBreakglassApproveCapsTheDuration(t *testing.T) {
 		t.Fatal(err)
 	}
 	imsdKey, _, _ := ed25519.GenerateKey(nil)
+	dir := t.TempDir()
 	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: hs.URL, PrivateKey: key,
 		IMSDKeys: []ed25519.PublicKey{imsdKey}}); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) (int, string) {
+	return dir
+}
+
+// The role a grant gives comes from the vendor's server, which may
+// report another one at approve than list showed: approve grants only
+// the role the customer names. With --role, a request asking for
+// another role is refused (imsd not told, no grant kept); on a terminal
+// approve shows the request and grants it only when its role is typed
+// back; with neither, nothing is asked of imsd.
+func TestBreakglassApproveGrantsOnlyTheRoleNamed(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	srv := &decideImsd{listImsd: listImsd{grants: []*agentv1.BreakGlassGrant{
+		{Id: "bg_1", State: "pending", Role: "admin", RequestedBy: "ops", Reason: "INC-7", DurationSeconds: 3600,
+			RequestExpireTime: timestamppb.New(now.Add(10 * time.Minute))},
+	}}}
+	dir := bgImsd(t, srv)
+	run := func(stdin io.Reader, args ...string) (int, string) {
 		var out, errOut bytes.Buffer
-		code := breakglassCmd(context.Background(), append(args, "--state-dir", dir), &out, &errOut, func() time.Time { return now })
+		code := breakglassCmd(context.Background(), append(args, "--state-dir", dir), stdin, &out, &errOut, func() time.Time { return now })
 		return code, out.String() + errOut.String()
 	}
-	if code, out := run("approve", "bg_long"); code != 1 || !strings.Contains(out, "longer than the 24h0m0s a grant may last") {
-		t.Fatalf("approve of a request for ten years: exit %d\n%s", code, out)
+	nothingDecided := func(what string) {
+		t.Helper()
+		if gs, err := permissions.LoadGrants(dir); err != nil || len(gs.Grants) != 0 || srv.decided != 0 {
+			t.Fatalf("after %s: grants %+v (%v), %d decisions sent", what, gs, err, srv.decided)
+		}
 	}
-	if gs, err := permissions.LoadGrants(dir); err != nil || len(gs.Grants) != 0 || srv.decided != 0 {
-		t.Fatalf("after the refused approval: grants %+v (%v), %d decisions sent", gs, err, srv.decided)
+	// The customer saw "viewer" in list; imsd now says "admin".
+	if code, out := run(nil, "approve", "bg_1", "--role", "viewer"); code != 1 || !strings.Contains(out, `asks for role "admin", not "viewer": nothing was decided`) {
+		t.Fatalf("approve --role viewer of an admin request: exit %d\n%s", code, out)
 	}
-	if code, out := run("approve", "bg_long", "--for", "2h"); code != 0 {
-		t.Fatalf("approve --for 2h: exit %d\n%s", code, out)
+	nothingDecided("approve --role viewer")
+	if code, out := run(strings.NewReader("admin\n"), "approve", "bg_1"); code != 2 || !strings.Contains(out, "--role is required") {
+		t.Fatalf("approve without --role, stdin not a terminal: exit %d\n%s", code, out)
+	}
+	nothingDecided("approve without --role")
+
+	// On a terminal: the request is shown, a wrong answer cancels.
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ptmx.Close(); tty.Close() })
+	screen := make(chan string, 1)
+	go func() {
+		var b bytes.Buffer
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				screen <- b.String()
+				return
+			}
+		}
+	}()
+	if _, err := ptmx.Write([]byte("viewer\nadmin\n")); err != nil {
+		t.Fatal(err)
+	}
+	code, out := run(tty, "approve", "bg_1", "--for", "30m")
+	if code != 1 || !strings.Contains(out, `approval of bg_1 cancelled: "viewer" typed, not the role "admin"; nothing was decided`) ||
+		!strings.Contains(out, "role:         admin") || !strings.Contains(out, "reason:       INC-7") || !strings.Contains(out, "Type the role (admin) to approve it") {
+		t.Fatalf("approve on a terminal, viewer typed: exit %d\n%s", code, out)
+	}
+	nothingDecided("a cancelled approval")
+	// The next line typed, the role, approves.
+	code, out = run(tty, "approve", "bg_1", "--for", "30m")
+	if code != 0 || !strings.Contains(out, "approved bg_1: role admin for 30m0s") {
+		t.Fatalf("approve on a terminal, admin typed: exit %d\n%s", code, out)
 	}
 	gs, err := permissions.LoadGrants(dir)
-	if err != nil || len(gs.Grants) != 1 || !gs.Grants[0].ExpiresAt.Equal(now.Add(2*time.Hour)) {
-		t.Fatalf("grants after approve --for 2h: %+v, %v", gs, err)
+	if err != nil || len(gs.Grants) != 1 || gs.Grants[0].Role != "admin" || srv.decided != 1 {
+		t.Fatalf("grants after the approval: %+v, %v, %d decisions", gs, err, srv.decided)
 	}
+	tty.Close()
+	ptmx.Close()
+	<-screen
 }

@@ -17,7 +17,7 @@ func TestHelpExitsZero(t *testing.T) {
 	now := time.Now()
 	cmds := map[string]func(args []string, stdout, stderr io.Writer) int{
 		"breakglass": func(a []string, o, e io.Writer) int {
-			return breakglassCmd(context.Background(), a, o, e, time.Now)
+			return breakglassCmd(context.Background(), a, nil, o, e, time.Now)
 		},
 		"permissions": func(a []string, o, e io.Writer) int { return permissionsCmd(a, o, e, now) },
 		"window":      func(a []string, o, e io.Writer) int { return windowCmd(a, o, e, now) },

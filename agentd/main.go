@@ -13,7 +13,7 @@
 //	                                                    the customer's permission modes and kill switch
 //	agentd window --state-dir DIR show|set WINDOW...|clear
 //	                                                    the customer's maintenance windows (jobs of a release)
-//	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
+//	agentd breakglass --state-dir DIR list|approve ID [--role R] [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests
 //	agentd identity --state-dir DIR show|rotate [--wait D]|revoke --yes [--reason R]
 //	                                                    the agent's own key: rotate it without re-enrolment, or revoke the agent for good
@@ -233,7 +233,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
-		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr, time.Now))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "session" {
 		os.Exit(sessionCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))

@@ -137,14 +137,18 @@ func TestBreakGlassGrantForOneInstallOnly(t *testing.T) {
 	if out, _ := breakglass(t, beta.StateDir, "list"); strings.Contains(out, id) {
 		t.Fatalf("beta's agent lists acme's request:\n%s", out)
 	}
-	if out, code := breakglass(t, beta.StateDir, "approve", id); code == 0 {
+	if out, code := breakglass(t, beta.StateDir, "approve", id, "--role", "debugger"); code == 0 {
 		t.Fatalf("beta's agent approved acme's request:\n%s", out)
 	}
 	out, code := breakglass(t, acme.StateDir, "list")
 	if code != 0 || !lineWith(out, id, "pending", "debugger", "INC-42") {
 		t.Fatalf("agentd breakglass list: exit %d\n%s", code, out)
 	}
-	out, code = breakglass(t, acme.StateDir, "approve", id, "--for", "30m")
+	// The customer grants the role it names, and no other.
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "admin"); code != 1 || !strings.Contains(out, `asks for role "debugger", not "admin"`) {
+		t.Fatalf("approve --role admin of a debugger request: exit %d\n%s", code, out)
+	}
+	out, code = breakglass(t, acme.StateDir, "approve", id, "--role", "debugger", "--for", "30m")
 	if code != 0 || !strings.Contains(out, "approved "+id+": role debugger for 30m0s") {
 		t.Fatalf("agentd breakglass approve: exit %d\n%s", code, out)
 	}
@@ -157,7 +161,7 @@ func TestBreakGlassGrantForOneInstallOnly(t *testing.T) {
 		t.Fatalf("byoc breakglass list:\n%s", out)
 	}
 	// A second approval of the same request is refused.
-	if out, code := breakglass(t, acme.StateDir, "approve", id); code == 0 || !strings.Contains(out, "approved: only a pending request") {
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger"); code == 0 || !strings.Contains(out, "approved: only a pending request") {
 		t.Fatalf("approving twice: exit %d\n%s", code, out)
 	}
 
@@ -189,7 +193,7 @@ func TestBreakGlassPendingRequestExpires(t *testing.T) {
 	if out := cli.Run(0, "breakglass", "list"); !lineWith(out, id, "expired") {
 		t.Fatalf("byoc breakglass list:\n%s", out)
 	}
-	out, code := breakglass(t, acme.StateDir, "approve", id)
+	out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger")
 	if code == 0 || !strings.Contains(out, "is expired") {
 		t.Fatalf("approving an expired request: exit %d\n%s", code, out)
 	}
@@ -214,7 +218,7 @@ func TestBreakGlassGrantExpiresWhileIMSDown(t *testing.T) {
 	ims, cli, acme, _ := startBreakGlass(t, opts)
 	c := ims.Admin()
 	id := requestGrant(t, cli, "acme", "--reason", "short look", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", id, "--for", "10s"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger", "--for", "10s"); code != 0 {
 		t.Fatalf("approve: exit %d\n%s", code, out)
 	}
 	expires := grantOf(t, c, id).ExpireTime.AsTime()
@@ -270,7 +274,7 @@ func TestBreakGlassRevokeMidJob(t *testing.T) {
 	}
 
 	id := requestGrant(t, cli, "acme", "--reason", "INC-7")
-	if out, code := breakglass(t, acme.StateDir, "approve", id); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger"); code != 0 {
 		t.Fatalf("approve: exit %d\n%s", code, out)
 	}
 	mark := marker()
@@ -314,11 +318,11 @@ func TestBreakGlassRevokeMidJobUnderAnotherLiveGrant(t *testing.T) {
 	ims, cli, acme, _ := startBreakGlass(t, fast)
 	c := ims.Admin()
 	other := requestGrant(t, cli, "acme", "--reason", "INC-9 short look", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", other, "--for", "20m"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", other, "--role", "debugger", "--for", "20m"); code != 0 {
 		t.Fatalf("approve %s: exit %d\n%s", other, code, out)
 	}
 	id := requestGrant(t, cli, "acme", "--reason", "INC-9 longer look", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", id); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger"); code != 0 {
 		t.Fatalf("approve %s: exit %d\n%s", id, code, out)
 	}
 	mark := marker()
@@ -375,7 +379,7 @@ func TestBreakGlassConsoleFlow(t *testing.T) {
 	if id == "" {
 		t.Fatalf("no grant id on screen:\n%s", s)
 	}
-	if out, code := breakglass(t, acme.StateDir, "approve", id, "--for", "25s"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger", "--for", "25s"); code != 0 {
 		t.Fatalf("approve: exit %d\n%s", code, out)
 	}
 	who := grantOf(t, ims.Admin(), id).DecidedBy

@@ -60,7 +60,7 @@ revoked. byoc breakglass list shows the state.`,
 			g := res.Msg.GetGrant()
 			fmt.Fprintf(a.stdout, "Requested break-glass %s on %s: role %s for %s. Pending the customer's approval until %s.\n",
 				g.GetId(), g.GetInstallName(), g.GetRole(), dur, g.GetRequestExpireTime().AsTime().Local().Format(time.RFC3339))
-			fmt.Fprintf(a.stdout, "The customer approves it in their account with: agentd breakglass approve %s\n", g.GetId())
+			fmt.Fprintf(a.stdout, "The customer approves it in their account with: agentd breakglass approve %s --role %s\n", g.GetId(), g.GetRole())
 			return nil
 		},
 	}
