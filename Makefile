@@ -165,7 +165,8 @@ FUZZ_TARGETS := \
 	./rpc/agentproto:FuzzCheckConfig \
 	./rpc/agentproto:FuzzJobBatchProof \
 	./imsd/operatorapi:FuzzEnqueueConfig \
-	./imsd/operatorapi:FuzzShownJob
+	./imsd/operatorapi:FuzzShownJob \
+	./internal/asciicast:FuzzSafe
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short

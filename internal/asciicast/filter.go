@@ -3,6 +3,8 @@ package asciicast
 import (
 	"bytes"
 	"io"
+	"strconv"
+	"unicode/utf8"
 )
 
 // Safe wraps w, a terminal a recording is replayed on, so that the
@@ -45,6 +47,10 @@ type safeWriter struct {
 	inCSI   bool
 	tooLong bool
 	csi     []byte
+	// char holds the bytes of the character being written (its length
+	// is cap(char)) until it is complete, in charBuf.
+	char    []byte
+	charBuf [4]byte
 	out     []byte
 }
 
@@ -58,6 +64,8 @@ func (s *safeWriter) Write(p []byte) (int, error) {
 				s.endCSI()
 				s.inString = true
 				continue
+			case b == 0x9a: // DECID as a C1 control: asks the terminal who it is
+				continue
 			case b == 0x9c && s.inString: // ST as a C1 control
 				s.inString = false
 				continue
@@ -66,10 +74,32 @@ func (s *safeWriter) Write(p []byte) (int, error) {
 				continue
 			}
 			if !s.inString && !s.inCSI {
-				s.out = append(s.out, 0xc2)
+				if b >= 0x80 && b <= 0xbf {
+					s.out = append(s.out, 0xc2, b) // the pair is a character
+					continue
+				} else {
+					// A lone 0xC2 is not UTF-8: shown as U+FFFD, so that no
+					// byte of a later write can make it a C1 control.
+					s.out = append(s.out, "\uFFFD"...)
+				}
 			}
 		}
+		if s.esc && b >= 0x80 {
+			// Not an escape sequence's byte: the ESC is dropped and the
+			// byte taken as it comes (ESC U+009D must not pass as ESC
+			// and a character: the terminal would open an OSC).
+			s.esc = false
+		}
 		switch {
+		case s.esc && (b < 0x20 || b == 0x7f) && b != 0x18 && b != 0x1a:
+			// A terminal runs a C0 control met after an ESC (and ignores
+			// DEL) and is still after the ESC (a second ESC only starts
+			// again): so is the filter, or ESC ESC ], ESC LF ] or ESC DEL
+			// ] would open an OSC on the terminal that the filter let
+			// through.
+			if !s.inString && b != 0x1b && b != 0x7f {
+				s.out = append(s.out, b)
+			}
 		case s.esc:
 			s.esc = false
 			switch {
@@ -86,11 +116,13 @@ func (s *safeWriter) Write(p []byte) (int, error) {
 			}
 		case b == 0x1b:
 			s.endCSI() // an ESC cancels a control sequence
+			s.flushChar()
 			s.esc = true
 		case b == 0xc2:
 			if s.inCSI { // not a control sequence's byte: it ends unfinished
 				s.endCSI()
 			}
+			s.flushChar() // a character cut short
 			s.c2 = true
 		case s.inString:
 			if b == 0x07 { // BEL ends an OSC
@@ -111,15 +143,69 @@ func (s *safeWriter) Write(p []byte) (int, error) {
 			// Anything else ends the sequence unfinished: it is dropped
 			// and the byte taken as it comes.
 			s.endCSI()
-			s.out = append(s.out, b)
+			s.text(b)
 		default:
-			s.out = append(s.out, b)
+			s.text(b)
 		}
 	}
 	if _, err := s.w.Write(s.out); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// text writes b, a byte of the text between sequences. Characters are
+// written whole and valid UTF-8 only: the bytes of one are held until
+// it is complete, and one cut short or not UTF-8 is written U+FFFD, so
+// that no raw byte 0x80-0x9F reaches a terminal, whatever its decoder,
+// that would read it as a C1 control.
+func (s *safeWriter) text(b byte) {
+	if len(s.char) > 0 {
+		if b >= 0x80 && b <= 0xbf {
+			s.char = append(s.char, b)
+			if len(s.char) == cap(s.char) {
+				s.flushChar()
+			}
+			return
+		}
+		s.flushChar() // cut short
+	}
+	switch n := utf8Len(b); {
+	case b < 0x80:
+		s.out = append(s.out, b)
+	case n == 0: // a continuation byte with no character, or not UTF-8 at all
+		s.out = append(s.out, "\uFFFD"...)
+	default:
+		s.char = append(s.charBuf[:0:n], b)
+	}
+}
+
+// flushChar writes the character held, or U+FFFD when it is cut short
+// or not UTF-8.
+func (s *safeWriter) flushChar() {
+	if len(s.char) == 0 {
+		return
+	}
+	if len(s.char) == cap(s.char) && utf8.Valid(s.char) {
+		s.out = append(s.out, s.char...)
+	} else {
+		s.out = append(s.out, "\uFFFD"...)
+	}
+	s.char = nil
+}
+
+// utf8Len is the length of the character lead byte b starts (0xC2 is
+// the caller's), or 0.
+func utf8Len(b byte) int {
+	switch {
+	case b >= 0xc3 && b <= 0xdf:
+		return 2
+	case b >= 0xe0 && b <= 0xef:
+		return 3
+	case b >= 0xf0 && b <= 0xf4:
+		return 4
+	}
+	return 0
 }
 
 func (s *safeWriter) startCSI(intro ...byte) {
@@ -138,8 +224,8 @@ func isC1String(b byte) bool {
 // inputModes are the private modes (CSI ? Pm h) after which the viewer's
 // terminal sends more than its keys: mouse reports (9, 1000-1006, 1015,
 // 1016) and focus events (1004).
-var inputModes = map[string]bool{"9": true, "1000": true, "1001": true, "1002": true, "1003": true, "1004": true,
-	"1005": true, "1006": true, "1015": true, "1016": true}
+var inputModes = map[int]bool{9: true, 1000: true, 1001: true, 1002: true, 1003: true, 1004: true,
+	1005: true, 1006: true, 1015: true, 1016: true}
 
 // screenOnly reports whether the control sequence seq (introducer,
 // parameter and intermediate bytes) ending in final only draws on the
@@ -166,8 +252,11 @@ func screenOnly(seq []byte, final byte) bool {
 		return prefix == 0 // with '>' or '?': modified-key modes
 	case 'h', 'l':
 		if prefix == '?' {
-			for _, mode := range bytes.Split(body[1:], []byte(";")) {
-				if inputModes[string(mode)] {
+			for _, mode := range bytes.FieldsFunc(body[1:], func(r rune) bool { return r == ';' || r == ':' }) {
+				// As the terminal reads it: digits only, leading zeros
+				// and all; anything else makes it not a mode to trust.
+				n, err := strconv.Atoi(string(mode))
+				if err != nil || inputModes[n] {
 					return false
 				}
 			}

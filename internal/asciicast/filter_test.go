@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/charmbracelet/x/ansi"
 )
 
 // What a recorded program printed to attack the viewer's terminal (its
@@ -75,4 +77,91 @@ func TestSafeDropsControlSequencesThatReachPastTheScreen(t *testing.T) {
 			t.Errorf("writes of %d bytes:\n got  %q\n want %q", size, out.String(), want.String())
 		}
 	}
+}
+
+// FuzzSafe: whatever a recording holds and however it is cut into
+// writes, Safe writes the same bytes; a terminal's parser (the
+// charmbracelet/x/ansi one, reading C1 controls both as UTF-8 and as raw
+// bytes) finds in them no control string and no sequence Safe drops; and
+// filtered again they are unchanged. ESC ESC ], ESC LF ], ESC U+009D, a
+// lone 0xC2 before a write starting 0x9D and a raw 0x9D were such ways
+// through.
+func FuzzSafe(f *testing.F) {
+	for _, s := range []string{"a\x1b]52;c;eA==\x07b", "\x1b\x1b]0;t\x07", "\x1b\n]52;c;x\x07", "\x1b\u009d52;c;x\u009c", "\x1b[6n\x1b[1;31mX",
+		"\u009b?1000h\x1b[?1049h", "\x1bPq\x1b\\\x1b_a\x1b\\é", "\x1b[12\x1b[1m", "\xc2\xc2\x9d0\x07", "\x9d0;x\x07", "\xc2"} {
+		f.Add([]byte(s), uint16(3))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, cut uint16) {
+		var whole, parts, again bytes.Buffer
+		Safe(&whole).Write(in)
+		w := Safe(&parts)
+		at := int(cut) % (len(in) + 1)
+		w.Write(in[:at])
+		w.Write(in[at:])
+		if whole.String() != parts.String() {
+			t.Fatalf("cut at %d: %q, whole: %q", at, parts.String(), whole.String())
+		}
+		if err := reachesPastScreen(parts.Bytes()); err != "" {
+			t.Fatalf("%s in %q", err, parts.String())
+		}
+		Safe(&again).Write(whole.Bytes())
+		if again.String() != whole.String() {
+			t.Fatalf("filtered again: %q, once: %q", again.String(), whole.String())
+		}
+	})
+}
+
+// reachesPastScreen parses out as a terminal would and says what in it
+// reaches past the screen, or "". The parser reads raw bytes 0x80-0x9F
+// as C1 controls; UTF-8-encoded ones are made raw first, as terminals
+// that take C1 controls in UTF-8 read them.
+func reachesPastScreen(out []byte) string {
+	var raw []byte
+	for i := 0; i < len(out); i++ {
+		if out[i] == 0xc2 && i+1 < len(out) && out[i+1] >= 0x80 && out[i+1] <= 0x9f {
+			i++
+		}
+		raw = append(raw, out[i])
+	}
+	found := ""
+	p := ansi.NewParser()
+	say := func(what string) {
+		if found == "" {
+			found = what
+		}
+	}
+	p.SetHandler(ansi.Handler{
+		HandleOsc: func(int, []byte) { say("an OSC") },
+		HandleDcs: func(ansi.Cmd, ansi.Params, []byte) { say("a DCS") },
+		HandlePm:  func([]byte) { say("a PM") },
+		HandleApc: func([]byte) { say("an APC") },
+		HandleSos: func([]byte) { say("an SOS") },
+		Execute: func(b byte) {
+			if b == 0x9a {
+				say("DECID")
+			}
+		},
+		HandleCsi: func(cmd ansi.Cmd, params ansi.Params) {
+			switch f := cmd.Final(); {
+			case f == 'n' || f == 'c' || f == 't':
+				say(fmt.Sprintf("CSI %c", f))
+			case f == 'x' && cmd.Intermediate() == 0:
+				say("DECREQTPARM")
+			case f == 'p' && cmd.Intermediate() == '$':
+				say("DECRQM")
+			case (f == 'u' || f == 'm' || f == 'q') && cmd.Prefix() == '>':
+				say(fmt.Sprintf("CSI > %c", f))
+			case (f == 'h' || f == 'l') && cmd.Prefix() == '?':
+				params.ForEach(0, func(_, mode int, _ bool) {
+					if inputModes[mode] {
+						say(fmt.Sprintf("mode ?%d", mode))
+					}
+				})
+			}
+		},
+	})
+	for _, b := range raw {
+		p.Advance(b)
+	}
+	return found
 }
