@@ -159,7 +159,7 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	// they go (bundleload.Stream).
 	bundlesDir := filepath.Join(runner.StateRoot, "..", "bundles")
 	bdl, err := bundlefile.Open(f, staging, func(raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
-		return checkBundleManifest(keys, a.InstallID(), a.ID(), bundlesDir, raw, m, sig)
+		return checkBundleManifest(keys, a.InstallID(), a.ID(), bundlesDir, a.NewestJob(), raw, m, sig)
 	}, bundleload.Stream)
 	if err != nil {
 		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
@@ -365,10 +365,13 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 // anything else of it is read: signed by an imsd key this agent pinned,
 // a bundle (not a results file), for this agent and install, of a
 // bundle id as imsd makes them (its results are kept under it), and no
-// older than a bundle imported here already (bundlesDir's bundles): an
-// older bundle, replayed, would roll the install back to what it
-// carries. Its own id, again, resumes it.
-func checkBundleManifest(keys map[string]ed25519.PublicKey, installID, agentID, bundlesDir string, raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
+// older than a bundle imported here already (bundlesDir's bundles) nor
+// than the newest job the agent accepted, online or from a bundle
+// (newest): an older bundle, replayed, would roll the install back to
+// what it carries. Its own id, again, resumes it (its jobs were made
+// when it was). The times compared are imsd's, from the ids it made
+// and signed (agentproto.IDTime), never the agent's clock.
+func checkBundleManifest(keys map[string]ed25519.PublicKey, installID, agentID, bundlesDir string, newest agent.Newest, raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
 	if err := agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature); err != nil {
 		return err
 	}
@@ -389,6 +392,11 @@ func checkBundleManifest(keys map[string]ed25519.PublicKey, installID, agentID, 
 		if agentproto.ValidBundleID(e.Name()) && e.Name() > m.ID {
 			return fmt.Errorf("bundle %s was made before bundle %s, which was imported here already: an older bundle is not imported after a newer one (it would roll the install back)", m.ID, e.Name())
 		}
+	}
+	made, _ := agentproto.IDTime(m.ID)
+	if newest.JobID != "" && made.Before(newest.Made) {
+		return fmt.Errorf("bundle %s was made by imsd at %s, before job %s (made at %s), which this agent accepted already: an older bundle is not imported after newer work (it would roll the install back); make a fresh bundle (byoc bundle create) and import that",
+			m.ID, made.Format(time.RFC3339Nano), newest.JobID, newest.Made.Format(time.RFC3339Nano))
 	}
 	return nil
 }

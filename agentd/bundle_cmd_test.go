@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
@@ -71,7 +72,7 @@ func openBundle(t *testing.T, keys map[string]ed25519.PublicKey, state string, f
 	t.Helper()
 	bundles := filepath.Join(state, "bundles")
 	b, err := bundlefile.Open(f, filepath.Join(t.TempDir(), "staging"), func(raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
-		return checkBundleManifest(keys, "inst-1", "ag-1", bundles, raw, m, sig)
+		return checkBundleManifest(keys, "inst-1", "ag-1", bundles, agent.Newest{}, raw, m, sig)
 	}, nil)
 	if err == nil {
 		// What the import writes next: the results, under the id.
