@@ -11,7 +11,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -59,7 +58,8 @@ own flags (--state-dir, --install-registry,
 --stack-config, --secrets-file, --policy-dir, --sandbox ...), before FILE.
 
 export-results writes the results of a bundle's jobs (default: the bundle
-imported last) and the agent's audit journal into FILE, signed with the
+imported last), the bundle's manifest imsd signed (imsd checks the
+results against it) and the agent's audit journal into FILE, signed with the
 agent's own key: you can read both (tar -xOf FILE results.json) before the
 file leaves; byoc bundle import-results gives it to imsd, which checks the
 signature and that the journal continues what it had before.
@@ -158,7 +158,9 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	// into the install registry, checked against the signed manifest as
 	// they go (bundleload.Stream).
 	bundlesDir := filepath.Join(runner.StateRoot, "..", "bundles")
+	var bundleSig bundlefile.Signature
 	bdl, err := bundlefile.Open(f, staging, func(raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
+		bundleSig = sig
 		return checkBundleManifest(keys, a.InstallID(), a.ID(), bundlesDir, a.NewestJob(), raw, m, sig)
 	}, bundleload.Stream)
 	if err != nil {
@@ -183,9 +185,11 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	// What the customer reads of the bundle (jobs.json) must be what
 	// runs: imsd signs only a view it made of these jobs, and the agent
 	// checks it too.
-	if view, err := os.ReadFile(filepath.Join(staging, "jobs.json")); err != nil {
+	view, err := os.ReadFile(filepath.Join(staging, "jobs.json"))
+	if err != nil {
 		return fmt.Errorf("%s refused, nothing was written: jobs.json: %w", file, err)
-	} else if err := checkJobsView(view, jobs); err != nil {
+	}
+	if err := agentproto.CheckBundleJobsView(view, jobs); err != nil {
 		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
 	}
 	for i := range jobs {
@@ -268,6 +272,18 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	// records them from there.
 	if err := atomicfile.Write(filepath.Join(dir, "jobs.json"), b, 0o600); err != nil {
 		return fmt.Errorf("results: %w", err)
+	}
+	// And the bundle itself, as imsd signed it: its manifest, signature
+	// and view of the jobs go back too, so imsd ties the results to the
+	// bundle it made (its id, install, agent, revision and jobs).
+	sigB, err := json.Marshal(bundleSig)
+	if err != nil {
+		return err
+	}
+	for name, content := range map[string][]byte{bundleManifestFile: bdl.Raw, bundleSignatureFile: sigB, bundleViewFile: view} {
+		if err := atomicfile.Write(filepath.Join(dir, name), content, 0o600); err != nil {
+			return fmt.Errorf("results: %w", err)
+		}
 	}
 	// The journal head imsd took last, as imsd signed it: the results
 	// file carries the journal after it only.
@@ -397,47 +413,6 @@ func checkBundleManifest(keys map[string]ed25519.PublicKey, installID, agentID, 
 	if newest.JobID != "" && made.Before(newest.Made) {
 		return fmt.Errorf("bundle %s was made by imsd at %s, before job %s (made at %s), which this agent accepted already: an older bundle is not imported after newer work (it would roll the install back); make a fresh bundle (byoc bundle create) and import that",
 			m.ID, made.Format(time.RFC3339Nano), newest.JobID, newest.Made.Format(time.RFC3339Nano))
-	}
-	return nil
-}
-
-// checkJobsView checks that view (a bundle's jobs.json) is the readable
-// view of jobs (its jobs.sealed, opened): the same jobs, in the same
-// order, with the same configs but for the sensitive values masked. It
-// names the first step that differs.
-func checkJobsView(view []byte, jobs []agentproto.BundleJob) error {
-	want, err := agentproto.BundleJobsView(jobs)
-	if err != nil {
-		return fmt.Errorf("jobs.sealed: %w", err)
-	}
-	var got []agentproto.BundleJob
-	if err := json.Unmarshal(view, &got); err != nil {
-		return fmt.Errorf("jobs.json: %w", err)
-	}
-	if len(got) != len(want) {
-		return fmt.Errorf("jobs.json lists %d jobs and jobs.sealed holds %d", len(got), len(want))
-	}
-	norm := func(j agentproto.BundleJob) (any, error) {
-		b, err := json.Marshal(j)
-		if err != nil {
-			return nil, err
-		}
-		var v any
-		err = json.Unmarshal(b, &v)
-		return v, err
-	}
-	for i := range want {
-		g, err := norm(got[i])
-		if err != nil {
-			return fmt.Errorf("jobs.json: %w", err)
-		}
-		w, err := norm(want[i])
-		if err != nil {
-			return fmt.Errorf("jobs.sealed: %w", err)
-		}
-		if !reflect.DeepEqual(g, w) {
-			return fmt.Errorf("jobs.json: step %s (job %s) is not the job jobs.sealed holds (step %s, job %s): what you read is not what would run", got[i].Step, got[i].JobID, want[i].Step, want[i].JobID)
-		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -65,5 +66,23 @@ func TestBundleOlderThanOnlineWorkRefused(t *testing.T) {
 	// The older one stays refused.
 	if out, code := agentdBundle(t, state, "import", old); code != 1 || !strings.Contains(out, "was made before bundle") {
 		t.Fatalf("the older bundle after the fresh one: exit %d:\n%s", code, out)
+	}
+
+	// Its results go back tied to the bundle imsd signed: a file that
+	// claims another revision (signed by the agent's own key, as a
+	// customer holding it could) is refused; the file as exported
+	// imports.
+	results := filepath.Join(t.TempDir(), "results.tar")
+	if out, code := agentdBundle(t, state, "export-results", "-o", results); code != 0 {
+		t.Fatalf("export-results: exit %d:\n%s", code, out)
+	}
+	res := tarEntry(t, results, "results.json")
+	forged := resign(t, state, results, map[string][]byte{"results.json": bytes.Replace(res, []byte(`"revision": 2`), []byte(`"revision": 1`), 1)})
+	if _, stderr, code := cli.Exec("bundle", "import-results", forged); code == 0 || !strings.Contains(stderr, "results.json: names revision 1 (update workflow), and bundle bdl_") ||
+		!strings.Contains(stderr, "is of revision 2 (update workflow), as imsd signed it") {
+		t.Fatalf("results claiming another revision: exit %d: %s", code, stderr)
+	}
+	if out := cli.Run(0, "bundle", "import-results", results); !strings.Contains(out, " succeeded, 1 job") {
+		t.Fatalf("import-results printed:\n%s", out)
 	}
 }

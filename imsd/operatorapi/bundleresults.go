@@ -36,6 +36,10 @@ import (
 const (
 	resultsFileName = "results.json"
 	journalFileName = "journal.jsonl"
+	// The bundle's own manifest and imsd's signature of it, which the
+	// agent kept when it imported the bundle.
+	bundleManifestName  = "bundle-manifest.json"
+	bundleSignatureName = "bundle-manifest.sig"
 )
 
 // kindResultsImported is the audit event of an imported results file; its
@@ -217,6 +221,9 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: job %s (step %s) is not one this imsd signed for agent %s: %v", BundleJobsFile, j.JobID, j.Step, agent.ID, err)
 		}
 		cfgs[i] = cfg
+	}
+	if err := checkResultsBundle(keys, in, agent.ID, man.ID, res, jobs, dir); err != nil {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %v", err)
 	}
 	// The agent's journal: whole, chained, and continuing what an
 	// earlier import took. Read as it streams from the file: it may be
@@ -454,6 +461,61 @@ func (s *Service) newResults(ctx context.Context, bundle string, wf store.Workfl
 			bundle, wf.ID, wf.State, strings.Join(diffs, "; "))
 	}
 	return added, nil
+}
+
+// checkResultsBundle checks a results file (unpacked in dir; of bundle
+// id by its agent-signed manifest, results res, its jobs opened) against
+// the bundle it is of, as imsd signed it (its manifest, kept by the
+// agent): signed by a key this imsd holds (keys), a bundle of that id for
+// this install and agent, of the revision and workflow kind results.json
+// names, and whose view of its jobs (jobs.json, by the digest the
+// manifest lists) is the view of the jobs the file carries. So the file
+// can neither claim another revision, nor bring jobs of another bundle
+// (or online ones) as this one's: imsd stores nothing of a bundle when
+// it makes it, its signature is the record.
+func checkResultsBundle(keys map[string]ed25519.PublicKey, in store.Install, agentID, id string, res offlineResults, jobs []agentproto.BundleJob, dir string) error {
+	raw, err := os.ReadFile(filepath.Join(dir, bundleManifestName))
+	if err != nil {
+		return fmt.Errorf("%s: %w: the file carries no copy of bundle %s as imsd signed it, so its results cannot be checked against it (an agentd before this check exported it: import the bundle again with a current agentd, which runs no job twice, and export the results again)", bundleManifestName, err, id)
+	}
+	sigB, err := os.ReadFile(filepath.Join(dir, bundleSignatureName))
+	if err != nil {
+		return fmt.Errorf("%s: %w", bundleSignatureName, err)
+	}
+	var sig bundlefile.Signature
+	if err := json.Unmarshal(sigB, &sig); err != nil {
+		return fmt.Errorf("%s: %w", bundleSignatureName, err)
+	}
+	if err := agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature); err != nil {
+		return fmt.Errorf("%s: %w", bundleManifestName, err)
+	}
+	var bm bundlefile.Manifest
+	if err := json.Unmarshal(raw, &bm); err != nil {
+		return fmt.Errorf("%s: %w", bundleManifestName, err)
+	}
+	switch {
+	case bm.Kind != bundlefile.KindBundle:
+		return fmt.Errorf("%s: a %s manifest, not a bundle's", bundleManifestName, bm.Kind)
+	case bm.ID != id:
+		return fmt.Errorf("%s: the results are of bundle %s, and the bundle manifest carried is bundle %s's", bundleManifestName, id, bm.ID)
+	case bm.InstallID != in.ID || bm.AgentID != agentID:
+		return fmt.Errorf("%s: bundle %s was made for agent %s of install %s, and the results are agent %s's of install %s (%s)", bundleManifestName, bm.ID, bm.AgentID, bm.InstallID, agentID, in.Name, in.ID)
+	case res.Revision != bm.Revision || res.WorkflowKind != bm.WorkflowKind:
+		return fmt.Errorf("%s: names revision %d (%s workflow), and bundle %s is of revision %d (%s workflow), as imsd signed it", resultsFileName, res.Revision, res.WorkflowKind, bm.ID, bm.Revision, bm.WorkflowKind)
+	}
+	view, err := os.ReadFile(filepath.Join(dir, BundleJobsFile))
+	if err != nil {
+		return fmt.Errorf("%s: %w", BundleJobsFile, err)
+	}
+	sum := sha256.Sum256(view)
+	listed := slices.IndexFunc(bm.Files, func(f bundlefile.File) bool { return f.Path == BundleJobsFile })
+	if listed < 0 || bm.Files[listed].SHA256 != hex.EncodeToString(sum[:]) {
+		return fmt.Errorf("%s: not the jobs of bundle %s (its manifest lists another, or none)", BundleJobsFile, bm.ID)
+	}
+	if err := agentproto.CheckBundleJobsView(view, jobs); err != nil {
+		return fmt.Errorf("the jobs are not bundle %s's: %w", bm.ID, err)
+	}
+	return nil
 }
 
 // journalRead is what an import takes from an agent's journal.
