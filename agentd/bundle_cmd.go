@@ -138,14 +138,13 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 		return err
 	}
 	defer f.Close()
-	abs, err := filepath.Abs(file)
-	if err != nil {
-		return err
-	}
-	// The bundle's files go beside it, never into the state directory:
-	// plugins read the artifacts from there, in their sandbox. What
+	// The bundle's small files are unpacked into the state directory
+	// (STATE-DIR/staging), never beside the bundle: it may be on a
+	// read-only medium, and nothing is written where it lies. Plugins
+	// read the artifacts from there, in their sandbox, which shows that
+	// folder only, read-only, not the rest of the state directory. What
 	// imports killed there before left goes first.
-	stage, err := stageImport(filepath.Dir(abs), stdout)
+	stage, err := stageImport(filepath.Join(filepath.Dir(runner.StateRoot), stagingDir), stdout)
 	if err != nil {
 		return err
 	}

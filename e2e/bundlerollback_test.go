@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -53,15 +55,28 @@ func TestBundleOlderThanOnlineWorkRefused(t *testing.T) {
 	// (nothing runs twice).
 	cluster.WriteApp(t, pushed.Dir, app("v2"))
 	cli.Run(0, "app", "push", pushed.Dir, "--no-deploy")
-	fresh := filepath.Join(dir, "fresh.tar")
+	// It is imported from a read-only medium (a USB stick): the import
+	// stages in the state directory and writes nothing beside it.
+	stick := t.TempDir()
+	fresh := filepath.Join(stick, "fresh.tar")
 	if out := cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", fresh); !strings.Contains(out, "update workflow of 1 job") {
 		t.Fatalf("bundle create printed:\n%s", out)
 	}
-	if out, code := agentdBundle(t, state, "import", fresh); code != 0 || !strings.Contains(out, "  db"+strings.Repeat(" ", 28)+" succeeded") {
-		t.Fatalf("the fresh bundle: exit %d:\n%s", code, out)
-	}
-	if out, code := agentdBundle(t, state, "import", fresh); code != 0 || !strings.Contains(out, "succeeded before") {
-		t.Fatalf("the fresh bundle again: exit %d:\n%s", code, out)
+	for _, again := range []bool{false, true} {
+		out, code := agentdBundleReadOnly(t, state, stick, "import", fresh)
+		want := "  db" + strings.Repeat(" ", 28) + " succeeded"
+		if again {
+			want = "succeeded before"
+		}
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("the fresh bundle (again: %v): exit %d:\n%s", again, code, out)
+		}
+		if ents, err := os.ReadDir(stick); err != nil || len(ents) != 1 {
+			t.Fatalf("the import wrote beside the bundle: %v, %v", ents, err)
+		}
+		if ents, err := os.ReadDir(filepath.Join(state, "staging")); err != nil || len(ents) != 0 {
+			t.Fatalf("the import left its staging folder: %v, %v", ents, err)
+		}
 	}
 	// The older one stays refused.
 	if out, code := agentdBundle(t, state, "import", old); code != 1 || !strings.Contains(out, "was made before bundle") {
@@ -85,4 +100,38 @@ func TestBundleOlderThanOnlineWorkRefused(t *testing.T) {
 	if out := cli.Run(0, "bundle", "import-results", results); !strings.Contains(out, " succeeded, 1 job") {
 		t.Fatalf("import-results printed:\n%s", out)
 	}
+}
+
+// agentdBundleReadOnly is agentdBundle with the directory dir read-only
+// for agentd, as a USB stick mounted so is: its mode 0555, or, for root
+// (whom modes do not stop), a read-only bind mount of it in a mount
+// namespace of agentd's own (unshare -m).
+func agentdBundleReadOnly(t *testing.T, state, dir string, args ...string) (string, int) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(dir, 0o755)
+		return agentdBundle(t, state, args...)
+	}
+	const mountRO = `mount --bind "$0" "$0"; mount -o remount,bind,ro "$0"; ! touch "$0/.probe" 2>/dev/null; `
+	if b, err := exec.Command("unshare", "-m", "sh", "-ec", mountRO, dir).CombinedOutput(); err != nil {
+		t.Logf("root, and %s cannot be mounted read-only here (%v: %s): the import runs with it writable", dir, err, b)
+		return agentdBundle(t, state, args...)
+	}
+	full := []string{"-m", "sh", "-ec", mountRO + `exec "$@"`, dir,
+		filepath.Join(cluster.Binaries(t), "agentd"), "bundle", args[0], "--state-dir", state, "--ims", "http://127.0.0.1:1"}
+	full = append(full, args[1:]...)
+	cmd := exec.Command("unshare", full...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code
 }
