@@ -126,8 +126,40 @@ type jobResult struct {
 	EndedAt       time.Time         `json:"ended_at"`
 }
 
-// maxResultLogLines bounds the log lines a result keeps.
-const maxResultLogLines = 500
+// maxResultLogLines and maxResultLogBytes bound the log a result keeps
+// of a job, each line cut to agent.MaxLineBytes: within what imsd keeps
+// of an imported job's log (a live agent's log batch, 1000 lines and 4
+// MiB), so imsd cuts nothing of what an agent carried.
+const (
+	maxResultLogLines = 500
+	maxResultLogBytes = 3 << 20
+)
+
+// resultLog collects a job's log for its result, within
+// maxResultLogLines and maxResultLogBytes: the first lines, each cut to
+// agent.MaxLineBytes, then a line saying how many were left out.
+type resultLog struct {
+	lines       []string
+	bytes, left int
+}
+
+func (l *resultLog) add(text string) {
+	text = agent.CutLogLine(text)
+	if l.left > 0 || len(l.lines) >= maxResultLogLines || l.bytes+len(text) > maxResultLogBytes {
+		l.left++
+		return
+	}
+	l.bytes += len(text)
+	l.lines = append(l.lines, text)
+}
+
+// done is the lines kept, and the note of those left out, if any.
+func (l *resultLog) done() []string {
+	if l.left == 0 {
+		return l.lines
+	}
+	return append(l.lines, fmt.Sprintf("[agentd] %d more log lines were left out: a job's results keep at most %d lines and %d MiB of its log", l.left, maxResultLogLines, maxResultLogBytes>>20))
+}
 
 func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunner, installRegistry, file string, stdout io.Writer) error {
 	if installRegistry == "" {
@@ -332,11 +364,11 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 			continue
 		}
 		r := jobResult{JobID: j.JobID, Step: j.Step, Component: j.Component, ComponentType: j.ComponentType, Operation: j.Operation, StartedAt: time.Now().UTC()}
+		var rlog resultLog
 		out, err := a.RunOffline(ctx, agent.OfflineJob{Bundle: m.ID, Job: j, Outputs: outputs, VendorRegistry: "oci:" + layout}, func(_ int32, text string) {
-			if len(r.Log) < maxResultLogLines {
-				r.Log = append(r.Log, text)
-			}
+			rlog.add(text)
 		})
+		r.Log = rlog.done()
 		if errors.Is(err, agent.ErrAlreadyRun) {
 			fmt.Fprintf(stdout, "  %-30s not run: %v\n", j.Step, err)
 			failed++

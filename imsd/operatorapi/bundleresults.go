@@ -20,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/imsd/agentapi"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -329,16 +330,11 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 		sj := store.Job{ID: j.JobID, InstallID: in.ID, ComponentType: j.ComponentType, Operation: j.Operation, Component: j.Component,
 			Config: config, MaxAttempts: 1, Timeout: st.Timeout, CreatedAt: now, CreatedBy: "bundle " + man.ID, Mode: store.Mode(j.Mode)}
 		state := jobStates[r.Outcome]
-		logs := make([]store.LogLine, len(r.Log))
-		for k, text := range r.Log {
-			stream := 1
-			if strings.HasPrefix(text, "[agentd] ") {
-				stream = 3
-			}
-			logs[k] = store.LogLine{Seq: int64(k + 1), Time: r.EndedAt, Stream: stream, Text: text}
-		}
-		step := store.OfflineStep{Name: j.Step, Job: sj, Result: store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs},
-			Logs: logs, Started: r.StartedAt, Ended: r.EndedAt, StepState: store.StepFailed, Msg: r.Error}
+		logs := importedLog(r.Log, r.EndedAt)
+		// The error is cut as a live agent's result's is.
+		rerr := agentapi.CutUTF8(r.Error, agentapi.MaxLogLineBytes)
+		step := store.OfflineStep{Name: j.Step, Job: sj, Result: store.Result{State: state, ExitCode: int(r.ExitCode), Error: rerr, Outputs: r.Outputs},
+			Logs: logs, Started: r.StartedAt, Ended: r.EndedAt, StepState: store.StepFailed, Msg: rerr}
 		if state == store.JobSucceeded {
 			step.StepState, step.Msg = store.StepSucceeded, ""
 			if j.Component != "" && j.Operation == workflow.OpApply {
@@ -516,6 +512,44 @@ func checkResultsBundle(keys map[string]ed25519.PublicKey, in store.Install, age
 		return fmt.Errorf("the jobs are not bundle %s's: %w", bm.ID, err)
 	}
 	return nil
+}
+
+// importedLog is the log lines of an imported job (its results' log,
+// at ended), held to the limits of a live agent's log batch: each line
+// at most agentapi.MaxLogLineBytes (a longer one is cut, and says so),
+// and at most agentapi.MaxLogBatch lines and agentapi.MaxLogBatchBytes
+// of text in all; the lines past those are left out, and a last line
+// (from imsd) says how many. A results file is the agent's (or the
+// customer's, who holds its key) to write: nothing in it makes imsd
+// store more of a job's log than a live agent could send in one batch.
+func importedLog(texts []string, at time.Time) []store.LogLine {
+	cutMark := fmt.Sprintf(" [imsd: line cut, over the %d KiB a log line may have]", agentapi.MaxLogLineBytes>>10)
+	logs := make([]store.LogLine, 0, min(len(texts), agentapi.MaxLogBatch))
+	size, left, leftBytes := 0, 0, 0
+	for _, text := range texts {
+		if len(text) > agentapi.MaxLogLineBytes {
+			text = agentapi.CutUTF8(text, agentapi.MaxLogLineBytes-len(cutMark)) + cutMark
+		}
+		// Room is kept for the note, if one is needed; from the first
+		// line left out on, all are.
+		if left > 0 || len(logs) >= agentapi.MaxLogBatch-1 || size+len(text) > agentapi.MaxLogBatchBytes-1024 {
+			left++
+			leftBytes += len(text)
+			continue
+		}
+		stream := 1
+		if strings.HasPrefix(text, "[agentd] ") {
+			stream = 3
+		}
+		size += len(text)
+		logs = append(logs, store.LogLine{Seq: int64(len(logs) + 1), Time: at, Stream: stream, Text: text})
+	}
+	if left > 0 {
+		logs = append(logs, store.LogLine{Seq: int64(len(logs) + 1), Time: at, Stream: 3,
+			Text: fmt.Sprintf("[imsd] %d more log lines (%d bytes) of this job were left out: imsd keeps of an imported job's log what a live agent sends in one batch, %d lines and %d MiB",
+				left, leftBytes, agentapi.MaxLogBatch, agentapi.MaxLogBatchBytes>>20)})
+	}
+	return logs
 }
 
 // journalRead is what an import takes from an agent's journal.

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,9 +16,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/imsd/agentapi"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -647,5 +650,65 @@ func TestImportResultsTiedToTheirBundle(t *testing.T) {
 	}
 	if out, err := importResults(s, file(func(*resultsParts) {})); err != nil || out.Jobs != 1 {
 		t.Fatalf("the file as exported: %v, %v", out, err)
+	}
+}
+
+// An imported job's log is held to a live agent's log batch limits:
+// a line over the line limit is cut and says so, and the lines past the
+// batch's line or byte limit are left out, a last line from imsd saying
+// how many; the job's error is cut as a live result's is. A results file
+// is the agent's key holder's to write, and one job's log of millions of
+// lines would otherwise all go into one transaction.
+func TestImportResultsLogHeldToBatchLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		log       []string
+		kept      int
+		left      string
+		firstLine int
+	}{
+		{"many lines", slices.Repeat([]string{"line"}, 3*agentapi.MaxLogBatch), agentapi.MaxLogBatch - 1,
+			fmt.Sprintf("[imsd] %d more log lines (%d bytes) of this job were left out", 2*agentapi.MaxLogBatch+1, 4*(2*agentapi.MaxLogBatch+1)), 4},
+		{"long lines", slices.Repeat([]string{strings.Repeat("é", agentapi.MaxLogLineBytes)}, 100), 63,
+			"[imsd] 37 more log lines (", agentapi.MaxLogLineBytes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, st, key, t0 := bundleService(t)
+			ag, agentKey := resultsAgent(t, s, st, t0)
+			id := auth.NewSortableID("bdl_", t0)
+			file := resultsFilesWith(t, key, ag.ID, agentKey, t0, journalShape{bundle: func(_ string, p *resultsParts) {
+				j := p.results["jobs"].([]map[string]any)[0]
+				j["log"], j["error"] = tc.log, strings.Repeat("x", 1<<20)
+			}}, id)[id]
+			if _, err := importResults(s, file); err != nil {
+				t.Fatal(err)
+			}
+			jobID := resultsJobID(t, file)
+			logs, err := st.ListLogs(ctx, jobID, 0, 0, 10*agentapi.MaxLogBatch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last := logs[len(logs)-1]; len(logs) != tc.kept+1 || !strings.HasPrefix(last.Text, tc.left) || last.Stream != 3 {
+				t.Fatalf("%d lines kept, the last %.120q; want %d and a note %q", len(logs), last.Text, tc.kept+1, tc.left)
+			}
+			size := 0
+			for _, l := range logs {
+				if len(l.Text) > agentapi.MaxLogLineBytes || !utf8.ValidString(l.Text) {
+					t.Fatalf("line %d: %d bytes, valid UTF-8 %v", l.Seq, len(l.Text), utf8.ValidString(l.Text))
+				}
+				size += len(l.Text)
+			}
+			if size > agentapi.MaxLogBatchBytes {
+				t.Fatalf("%d bytes of log kept", size)
+			}
+			if first := logs[0].Text; len(first) < tc.firstLine-100 || (len(tc.log[0]) > agentapi.MaxLogLineBytes && !strings.HasSuffix(first, "[imsd: line cut, over the 64 KiB a log line may have]")) {
+				t.Fatalf("the first line: %d bytes, ending %q", len(first), first[max(0, len(first)-60):])
+			}
+			j, err := st.GetJob(ctx, jobID)
+			if err != nil || len(j.Error) > agentapi.MaxLogLineBytes {
+				t.Fatalf("the job's error: %d bytes, %v", len(j.Error), err)
+			}
+		})
 	}
 }
