@@ -11,7 +11,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -59,7 +58,8 @@ own flags (--state-dir, --install-registry,
 --stack-config, --secrets-file, --policy-dir, --sandbox ...), before FILE.
 
 export-results writes the results of a bundle's jobs (default: the bundle
-imported last) and the agent's audit journal into FILE, signed with the
+imported last), the bundle's manifest imsd signed (imsd checks the
+results against it) and the agent's audit journal into FILE, signed with the
 agent's own key: you can read both (tar -xOf FILE results.json) before the
 file leaves; byoc bundle import-results gives it to imsd, which checks the
 signature and that the journal continues what it had before.
@@ -126,8 +126,40 @@ type jobResult struct {
 	EndedAt       time.Time         `json:"ended_at"`
 }
 
-// maxResultLogLines bounds the log lines a result keeps.
-const maxResultLogLines = 500
+// maxResultLogLines and maxResultLogBytes bound the log a result keeps
+// of a job, each line cut to agent.MaxLineBytes: within what imsd keeps
+// of an imported job's log (a live agent's log batch, 1000 lines and 4
+// MiB), so imsd cuts nothing of what an agent carried.
+const (
+	maxResultLogLines = 500
+	maxResultLogBytes = 3 << 20
+)
+
+// resultLog collects a job's log for its result, within
+// maxResultLogLines and maxResultLogBytes: the first lines, each cut to
+// agent.MaxLineBytes, then a line saying how many were left out.
+type resultLog struct {
+	lines       []string
+	bytes, left int
+}
+
+func (l *resultLog) add(text string) {
+	text = agent.CutLogLine(text)
+	if l.left > 0 || len(l.lines) >= maxResultLogLines || l.bytes+len(text) > maxResultLogBytes {
+		l.left++
+		return
+	}
+	l.bytes += len(text)
+	l.lines = append(l.lines, text)
+}
+
+// done is the lines kept, and the note of those left out, if any.
+func (l *resultLog) done() []string {
+	if l.left == 0 {
+		return l.lines
+	}
+	return append(l.lines, fmt.Sprintf("[agentd] %d more log lines were left out: a job's results keep at most %d lines and %d MiB of its log", l.left, maxResultLogLines, maxResultLogBytes>>20))
+}
 
 func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunner, installRegistry, file string, stdout io.Writer) error {
 	if installRegistry == "" {
@@ -138,14 +170,13 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 		return err
 	}
 	defer f.Close()
-	abs, err := filepath.Abs(file)
-	if err != nil {
-		return err
-	}
-	// The bundle's files go beside it, never into the state directory:
-	// plugins read the artifacts from there, in their sandbox. What
+	// The bundle's small files are unpacked into the state directory
+	// (STATE-DIR/staging), never beside the bundle: it may be on a
+	// read-only medium, and nothing is written where it lies. Plugins
+	// read the artifacts from there, in their sandbox, which shows that
+	// folder only, read-only, not the rest of the state directory. What
 	// imports killed there before left goes first.
-	stage, err := stageImport(filepath.Dir(abs), stdout)
+	stage, err := stageImport(filepath.Join(filepath.Dir(runner.StateRoot), stagingDir), stdout)
 	if err != nil {
 		return err
 	}
@@ -158,8 +189,10 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	// into the install registry, checked against the signed manifest as
 	// they go (bundleload.Stream).
 	bundlesDir := filepath.Join(runner.StateRoot, "..", "bundles")
+	var bundleSig bundlefile.Signature
 	bdl, err := bundlefile.Open(f, staging, func(raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
-		return checkBundleManifest(keys, a.InstallID(), a.ID(), bundlesDir, raw, m, sig)
+		bundleSig = sig
+		return checkBundleManifest(keys, a.InstallID(), a.ID(), bundlesDir, a.NewestJob(), raw, m, sig)
 	}, bundleload.Stream)
 	if err != nil {
 		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
@@ -183,9 +216,11 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	// What the customer reads of the bundle (jobs.json) must be what
 	// runs: imsd signs only a view it made of these jobs, and the agent
 	// checks it too.
-	if view, err := os.ReadFile(filepath.Join(staging, "jobs.json")); err != nil {
+	view, err := os.ReadFile(filepath.Join(staging, "jobs.json"))
+	if err != nil {
 		return fmt.Errorf("%s refused, nothing was written: jobs.json: %w", file, err)
-	} else if err := checkJobsView(view, jobs); err != nil {
+	}
+	if err := agentproto.CheckBundleJobsView(view, jobs); err != nil {
 		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
 	}
 	for i := range jobs {
@@ -269,6 +304,18 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	if err := atomicfile.Write(filepath.Join(dir, "jobs.json"), b, 0o600); err != nil {
 		return fmt.Errorf("results: %w", err)
 	}
+	// And the bundle itself, as imsd signed it: its manifest, signature
+	// and view of the jobs go back too, so imsd ties the results to the
+	// bundle it made (its id, install, agent, revision and jobs).
+	sigB, err := json.Marshal(bundleSig)
+	if err != nil {
+		return err
+	}
+	for name, content := range map[string][]byte{bundleManifestFile: bdl.Raw, bundleSignatureFile: sigB, bundleViewFile: view} {
+		if err := atomicfile.Write(filepath.Join(dir, name), content, 0o600); err != nil {
+			return fmt.Errorf("results: %w", err)
+		}
+	}
 	// The journal head imsd took last, as imsd signed it: the results
 	// file carries the journal after it only.
 	head, err := json.Marshal(journalHead{Seq: m.JournalSeq, Hash: m.JournalHash})
@@ -317,11 +364,11 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 			continue
 		}
 		r := jobResult{JobID: j.JobID, Step: j.Step, Component: j.Component, ComponentType: j.ComponentType, Operation: j.Operation, StartedAt: time.Now().UTC()}
+		var rlog resultLog
 		out, err := a.RunOffline(ctx, agent.OfflineJob{Bundle: m.ID, Job: j, Outputs: outputs, VendorRegistry: "oci:" + layout}, func(_ int32, text string) {
-			if len(r.Log) < maxResultLogLines {
-				r.Log = append(r.Log, text)
-			}
+			rlog.add(text)
 		})
+		r.Log = rlog.done()
 		if errors.Is(err, agent.ErrAlreadyRun) {
 			fmt.Fprintf(stdout, "  %-30s not run: %v\n", j.Step, err)
 			failed++
@@ -365,10 +412,13 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 // anything else of it is read: signed by an imsd key this agent pinned,
 // a bundle (not a results file), for this agent and install, of a
 // bundle id as imsd makes them (its results are kept under it), and no
-// older than a bundle imported here already (bundlesDir's bundles): an
-// older bundle, replayed, would roll the install back to what it
-// carries. Its own id, again, resumes it.
-func checkBundleManifest(keys map[string]ed25519.PublicKey, installID, agentID, bundlesDir string, raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
+// older than a bundle imported here already (bundlesDir's bundles) nor
+// than the newest job the agent accepted, online or from a bundle
+// (newest): an older bundle, replayed, would roll the install back to
+// what it carries. Its own id, again, resumes it (its jobs were made
+// when it was). The times compared are imsd's, from the ids it made
+// and signed (agentproto.IDTime), never the agent's clock.
+func checkBundleManifest(keys map[string]ed25519.PublicKey, installID, agentID, bundlesDir string, newest agent.Newest, raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
 	if err := agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature); err != nil {
 		return err
 	}
@@ -390,46 +440,10 @@ func checkBundleManifest(keys map[string]ed25519.PublicKey, installID, agentID, 
 			return fmt.Errorf("bundle %s was made before bundle %s, which was imported here already: an older bundle is not imported after a newer one (it would roll the install back)", m.ID, e.Name())
 		}
 	}
-	return nil
-}
-
-// checkJobsView checks that view (a bundle's jobs.json) is the readable
-// view of jobs (its jobs.sealed, opened): the same jobs, in the same
-// order, with the same configs but for the sensitive values masked. It
-// names the first step that differs.
-func checkJobsView(view []byte, jobs []agentproto.BundleJob) error {
-	want, err := agentproto.BundleJobsView(jobs)
-	if err != nil {
-		return fmt.Errorf("jobs.sealed: %w", err)
-	}
-	var got []agentproto.BundleJob
-	if err := json.Unmarshal(view, &got); err != nil {
-		return fmt.Errorf("jobs.json: %w", err)
-	}
-	if len(got) != len(want) {
-		return fmt.Errorf("jobs.json lists %d jobs and jobs.sealed holds %d", len(got), len(want))
-	}
-	norm := func(j agentproto.BundleJob) (any, error) {
-		b, err := json.Marshal(j)
-		if err != nil {
-			return nil, err
-		}
-		var v any
-		err = json.Unmarshal(b, &v)
-		return v, err
-	}
-	for i := range want {
-		g, err := norm(got[i])
-		if err != nil {
-			return fmt.Errorf("jobs.json: %w", err)
-		}
-		w, err := norm(want[i])
-		if err != nil {
-			return fmt.Errorf("jobs.sealed: %w", err)
-		}
-		if !reflect.DeepEqual(g, w) {
-			return fmt.Errorf("jobs.json: step %s (job %s) is not the job jobs.sealed holds (step %s, job %s): what you read is not what would run", got[i].Step, got[i].JobID, want[i].Step, want[i].JobID)
-		}
+	made, _ := agentproto.IDTime(m.ID)
+	if newest.JobID != "" && made.Before(newest.Made) {
+		return fmt.Errorf("bundle %s was made by imsd at %s, before job %s (made at %s), which this agent accepted already: an older bundle is not imported after newer work (it would roll the install back); make a fresh bundle (byoc bundle create) and import that",
+			m.ID, made.Format(time.RFC3339Nano), newest.JobID, newest.Made.Format(time.RFC3339Nano))
 	}
 	return nil
 }

@@ -6,12 +6,14 @@ import (
 	"encoding/base32"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
@@ -71,7 +73,7 @@ func openBundle(t *testing.T, keys map[string]ed25519.PublicKey, state string, f
 	t.Helper()
 	bundles := filepath.Join(state, "bundles")
 	b, err := bundlefile.Open(f, filepath.Join(t.TempDir(), "staging"), func(raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
-		return checkBundleManifest(keys, "inst-1", "ag-1", bundles, raw, m, sig)
+		return checkBundleManifest(keys, "inst-1", "ag-1", bundles, agent.Newest{}, raw, m, sig)
 	}, nil)
 	if err == nil {
 		// What the import writes next: the results, under the id.
@@ -164,3 +166,53 @@ func TestBundleImportRefusesAnotherAgentsBundle(t *testing.T) {
 		t.Fatalf("the refused bundles wrote %v into the state directory", ents)
 	}
 }
+
+// A job's log in its results keeps the first lines, each cut to the
+// longest line imsd takes, within maxResultLogLines and
+// maxResultLogBytes, and then says how many were left out: imsd keeps
+// no more of an imported job's log than a live agent's log batch, and
+// what the agent carries fits in it whole.
+func TestResultLogBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		line string
+		n    int
+		kept int
+	}{
+		{"few", "hello", 10, 10},
+		{"many", "hello", 3 * maxResultLogLines, maxResultLogLines},
+		{"long", strings.Repeat("x", 1<<20), 100, maxResultLogBytes / agent.MaxLineBytes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l resultLog
+			for range tc.n {
+				l.add(tc.line)
+			}
+			got := l.done()
+			size := 0
+			for _, s := range got {
+				if len(s) > agent.MaxLineBytes {
+					t.Fatalf("a line of %d bytes", len(s))
+				}
+				size += len(s)
+			}
+			if size > maxResultLogBytes+1024 || len(got) > agentapiMaxLogBatch {
+				t.Fatalf("%d lines, %d bytes kept", len(got), size)
+			}
+			if tc.kept == tc.n {
+				if len(got) != tc.n {
+					t.Fatalf("%d lines of %d kept", len(got), tc.n)
+				}
+				return
+			}
+			want := fmt.Sprintf("[agentd] %d more log lines were left out", tc.n-tc.kept)
+			if len(got) != tc.kept+1 || !strings.HasPrefix(got[len(got)-1], want) {
+				t.Fatalf("%d lines, the last %.100q; want %d and %q", len(got), got[len(got)-1], tc.kept+1, want)
+			}
+		})
+	}
+}
+
+// agentapiMaxLogBatch is imsd's agentapi.MaxLogBatch (agentd does not
+// import imsd).
+const agentapiMaxLogBatch = 1000

@@ -30,6 +30,14 @@ const (
 	// journalHeadFile, in a bundle's directory (not a results file's),
 	// is the journal head its manifest named.
 	journalHeadFile = "journal-head.json"
+	// bundleManifestFile and bundleSignatureFile are the bundle's own
+	// manifest and imsd's signature of it, kept in the bundle's
+	// directory and carried in its results file under these names.
+	bundleManifestFile  = "bundle-manifest.json"
+	bundleSignatureFile = "bundle-manifest.sig"
+	// bundleViewFile, in a bundle's directory, is the bundle's jobs.json
+	// (the view imsd signed); a results file carries it as jobs.json.
+	bundleViewFile = "jobs-view.json"
 )
 
 // journalHead is the agent's journal head imsd imported last, as a
@@ -132,6 +140,18 @@ func exportResults(stateDir, bundle, out string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The bundle as imsd signed it: imsd checks the results against it.
+	kept := map[string][]byte{}
+	for _, name := range []string{bundleManifestFile, bundleSignatureFile, bundleViewFile} {
+		b, err := os.ReadFile(filepath.Join(root, filepath.Base(bundle), name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("bundle %s was imported by an agentd that kept no copy of it (%s is missing), and imsd checks the results against the bundle it signed: import the same bundle again with this agentd (no job runs twice), then export its results", r.Bundle, name)
+		}
+		if err != nil {
+			return err
+		}
+		kept[name] = b
+	}
 	journal, err := os.ReadFile(filepath.Join(auditlog.Dir(stateDir), auditlog.AgentFile))
 	if err != nil {
 		return fmt.Errorf("the agent's audit journal: %w", err)
@@ -155,18 +175,10 @@ func exportResults(stateDir, bundle, out string, stdout io.Writer) error {
 	defer os.RemoveAll(work)
 	// The jobs carry the install's sensitive values: they go back sealed
 	// to the imsd key that signed them (jobs.sealed), beside their
-	// readable view (jobs.json), as they came.
+	// readable view (jobs.json), the bundle's, as they came.
 	var full []agentproto.BundleJob
 	if err := json.Unmarshal(jobs, &full); err != nil {
 		return fmt.Errorf("%s: %w", jobsFile, err)
-	}
-	view, err := agentproto.BundleJobsView(full)
-	if err != nil {
-		return err
-	}
-	viewB, err := json.MarshalIndent(view, "", "  ")
-	if err != nil {
-		return err
 	}
 	var imsdKey ed25519.PublicKey
 	for _, k := range id.IMSDKeys {
@@ -184,7 +196,8 @@ func exportResults(stateDir, bundle, out string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for name, b := range map[string][]byte{resultsFile: res, journalFile: journal, jobsFile: append(viewB, '\n'), sealedJobsFile: sealed} {
+	for name, b := range map[string][]byte{resultsFile: res, journalFile: journal, jobsFile: kept[bundleViewFile], sealedJobsFile: sealed,
+		bundleManifestFile: kept[bundleManifestFile], bundleSignatureFile: kept[bundleSignatureFile]} {
 		if err := os.WriteFile(filepath.Join(work, name), b, 0o600); err != nil {
 			return err
 		}

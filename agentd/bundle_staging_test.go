@@ -64,8 +64,9 @@ func startImport(t *testing.T, dir string) (*exec.Cmd, string) {
 	return cmd, path
 }
 
-// An import killed with SIGKILL mid-way leaves its staging folder beside
-// the bundle; the next import removes it and says so. The folder of an
+// An import killed with SIGKILL mid-way leaves its staging folder in the
+// state directory's staging folder; the next import removes it and says
+// so. The folder of an
 // import still running is left alone, and so are a symlink named like a
 // staging folder (and what it points to) and folders named otherwise.
 func TestBundleImportRemovesWhatAKilledImportLeft(t *testing.T) {

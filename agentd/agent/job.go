@@ -536,6 +536,10 @@ func sizeText(n int) string {
 
 // cutText is s cut to at most n bytes in all, on a rune boundary, saying
 // so (n well over the note's length).
+// CutLogLine is text cut to MaxLineBytes, saying so: the longest log
+// line imsd takes from an agent.
+func CutLogLine(text string) string { return cutText(text, MaxLineBytes) }
+
 func cutText(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -70,6 +70,11 @@ func (a *Agent) CheckOffline(j *agentproto.BundleJob) error {
 	return err
 }
 
+// NewestJob is the job the agent accepted (from a stream or a bundle)
+// that imsd made last, kept across restarts: agentd bundle import
+// refuses a bundle imsd made before it.
+func (a *Agent) NewestJob() Newest { return a.seen.latest() }
+
 // Refusal says why the customer's controls refuse a job of mode now ("":
 // they allow it), as they are checked right before a job runs.
 func (a *Agent) Refusal(mode string) string { return a.refusal(mode) }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
 // The replay record: every attempt (job id and attempt number) the agent
@@ -31,6 +32,12 @@ import (
 // agent acks the attempt, compacted (rewritten atomically with only live
 // entries) at start and, looked at every 1,024 entries, when most lines are dead. A torn last line
 // (a crash mid-append) is ignored: its attempt was never acked.
+//
+// One entry outlives its expiry: the newest, the attempt of the job imsd
+// made last (by the time its id carries, agentproto.IDTime). It is what
+// the agent has done that is newest in imsd's eyes, online or from a
+// bundle: agentd bundle import refuses a bundle imsd made before it (its
+// jobs would roll the install back to what imsd wanted then).
 
 // SeenFileName is the replay record's file in the state dir.
 const SeenFileName = "seen-jobs"
@@ -52,6 +59,33 @@ type seenJobs struct {
 	entries map[seenKey]time.Time // to the signature's expiry
 	lines   int                   // lines in the file
 	added   int                   // entries added since the start
+	// newest is the attempt whose job imsd made last, kept in the file
+	// past its expiry (compact); newestAt is when imsd made it.
+	newest    seenKey
+	newestExp time.Time
+	newestAt  time.Time
+}
+
+// consider makes k the newest entry if imsd made its job after the
+// newest's (ids not of auth.NewSortableID's form are passed over).
+func (s *seenJobs) consider(k seenKey, exp time.Time) {
+	at, ok := agentproto.IDTime(k.job)
+	if ok && at.After(s.newestAt) {
+		s.newest, s.newestExp, s.newestAt = k, exp, at
+	}
+}
+
+// Newest is the job of the newest attempt the agent accepted (see
+// seenJobs.newest): its id and when imsd made it; "" for none.
+type Newest struct {
+	JobID string
+	Made  time.Time
+}
+
+func (s *seenJobs) latest() Newest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Newest{JobID: s.newest.job, Made: s.newestAt}
 }
 
 // openSeen loads the record from dir, dropping what expired by now.
@@ -65,6 +99,9 @@ func openSeen(dir string, now time.Time) (*seenJobs, error) {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		k, exp, ok := parseSeen(sc.Text())
+		if ok {
+			s.consider(k, exp)
+		}
 		if ok && exp.Add(seenSlack).After(now) {
 			if old, dup := s.entries[k]; !dup || exp.After(old) {
 				s.entries[k] = exp
@@ -103,6 +140,9 @@ func (s *seenJobs) compact() error {
 	for k, exp := range s.entries {
 		b.WriteString(formatSeen(k, exp))
 	}
+	if _, live := s.entries[s.newest]; !live && s.newest.job != "" {
+		b.WriteString(formatSeen(s.newest, s.newestExp))
+	}
 	if s.f != nil {
 		s.f.Close()
 		s.f = nil
@@ -114,7 +154,7 @@ func (s *seenJobs) compact() error {
 	if err != nil {
 		return fmt.Errorf("open replay record: %w", err)
 	}
-	s.f, s.lines = f, len(s.entries)
+	s.f, s.lines = f, strings.Count(b.String(), "\n")
 	return nil
 }
 
@@ -148,6 +188,7 @@ func (s *seenJobs) add(job string, attempt int64, expires, now time.Time) error 
 		return fmt.Errorf("sync replay record: %w", err)
 	}
 	s.entries[k] = expires
+	s.consider(k, expires)
 	s.lines++
 	if s.added++; s.added%1024 == 0 {
 		for k, exp := range s.entries {

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/base32"
+	"encoding/binary"
 	"errors"
 	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"log/slog"
@@ -230,6 +232,50 @@ func TestSeenRecord(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("record file: %v, %v", fi, err)
 	}
+}
+
+// The record keeps the attempt of the job imsd made last past its
+// expiry, across restarts and compactions (agentd bundle import refuses
+// a bundle made before it), and only that one of the expired.
+func TestSeenRecordKeepsTheNewest(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	t0 := time.UnixMilli(1_700_000_000_000).UTC()
+	newest, older := sortableJobID(t0.Add(time.Hour)), sortableJobID(t0)
+	s, err := openSeen(dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.latest(); got.JobID != "" {
+		t.Fatalf("a new record's newest: %+v", got)
+	}
+	// Accepted after the newer one (a retry of an old job): not newest.
+	for _, id := range []string{newest, older, "job_once"} {
+		if err := s.add(id, 1, now.Add(-seenSlack-time.Second), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // a restart, then one after the compaction it made
+		if s, err = openSeen(dir, now); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.latest(); got.JobID != newest || !got.Made.Equal(t0.Add(time.Hour)) {
+			t.Fatalf("after a restart, the newest: %+v, want %s made at %v", got, newest, t0.Add(time.Hour))
+		}
+		if s.has(newest, 1) || s.has(older, 1) {
+			t.Fatalf("an expired attempt counts as accepted: %v", s.entries)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, SeenFileName)); strings.Count(string(b), "\n") != 1 {
+		t.Fatalf("the compacted record:\n%s", b)
+	}
+}
+
+// sortableJobID is a job id as imsd makes them (auth.NewSortableID) at t.
+func sortableJobID(t time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(t.UnixMilli())<<16)
+	return "job_" + strings.ToLower(base32.HexEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
 }
 
 // Enrolment binds imsd's key to the token: a token without a fingerprint

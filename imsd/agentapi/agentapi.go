@@ -28,6 +28,11 @@ import (
 const (
 	MaxLogLineBytes = 64 << 10
 	MaxLogBatch     = 1000
+	// MaxLogBatchBytes is the most log text an agent sends in one batch
+	// (agentd's maxBatchBytes), well under the 16 MiB imsd reads in one
+	// message. An imported results file's job log is held to one
+	// batch's limits (operatorapi's importedLog).
+	MaxLogBatchBytes = 4 << 20
 )
 
 // Config holds the lease timing.

@@ -423,7 +423,7 @@ func (c *conn) unsendable(ctx context.Context, j store.Job, err error) bool {
 	}
 	s := c.svc
 	msg := "imsd cannot send this job to an agent: " + err.Error()
-	msg = cutUTF8(msg, MaxLogLineBytes)
+	msg = CutUTF8(msg, MaxLogLineBytes)
 	c.logger().ErrorContext(ctx, "job failed: its assignment cannot be built", "job", j.ID, "err", err)
 	changed, ferr := s.store.FinishJob(ctx, j.ID, store.Writer{AgentID: c.agent.ID, FencingToken: j.FencingToken},
 		store.Result{State: store.JobFailed, ExitCode: -1, Error: strings.ToValidUTF8(msg, "\uFFFD"), ByIMSD: true}, s.now())

@@ -140,7 +140,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if !ok {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("result.outcome: must be succeeded, failed, cancelled, timed_out or refused, got %v", r.Outcome))
 		}
-		r.Error = cutUTF8(r.Error, MaxLogLineBytes)
+		r.Error = CutUTF8(r.Error, MaxLogLineBytes)
 		plan, err := plannedChanges(r.PlannedChanges)
 		if err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)

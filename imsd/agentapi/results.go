@@ -125,8 +125,8 @@ func policyFindings(in []*agentv1.PolicyFinding) ([]store.PolicyFinding, error) 
 		case f.Source != "vendor" && f.Source != "customer":
 			return nil, fmt.Errorf("result.policy_findings[%d].source: must be vendor or customer, got %q", i, f.Source)
 		}
-		out = append(out, store.PolicyFinding{Policy: cutUTF8(f.Policy, 1024), Source: f.Source, Level: f.Level,
-			Message: cutUTF8(f.Message, MaxLogLineBytes)})
+		out = append(out, store.PolicyFinding{Policy: CutUTF8(f.Policy, 1024), Source: f.Source, Level: f.Level,
+			Message: CutUTF8(f.Message, MaxLogLineBytes)})
 	}
 	return out, nil
 }
@@ -144,7 +144,7 @@ func verifications(in []*agentv1.ArtifactVerification) ([]store.ArtifactVerifica
 	if len(in) > maxVerifications {
 		return nil, fmt.Errorf("result.verifications: %d, at most %d", len(in), maxVerifications)
 	}
-	cut := func(s string) string { return cutUTF8(s, maxVerificationString) }
+	cut := func(s string) string { return CutUTF8(s, maxVerificationString) }
 	var out []store.ArtifactVerification
 	for i, v := range in {
 		if !store.ValidVerdict(v.Verdict) {
@@ -165,11 +165,11 @@ func verifications(in []*agentv1.ArtifactVerification) ([]store.ArtifactVerifica
 	return out, nil
 }
 
-// cutUTF8 is s cut to at most n bytes without splitting a character:
+// CutUTF8 is s cut to at most n bytes without splitting a character:
 // what an agent sends is stored as text, and PostgreSQL refuses a byte
 // sequence that is not UTF-8 (a result cut mid-character would never be
 // stored, and the agent would send it again and again).
-func cutUTF8(s string, n int) string {
+func CutUTF8(s string, n int) string {
 	if len(s) <= n {
 		return strings.ToValidUTF8(s, "\uFFFD")
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
 func TestNewSortableID(t *testing.T) {
@@ -32,5 +34,25 @@ func TestNewSortableID(t *testing.T) {
 			t.Fatalf("id %q minted at %s sorts before %q minted earlier", lo, at, prevMax)
 		}
 		prevMax = hi
+	}
+}
+
+// The agent reads when imsd made a bundle or a job from its id (to
+// refuse a bundle older than a job it ran): it reads back the
+// millisecond NewSortableID was given, and nothing from another form.
+func TestSortableIDTime(t *testing.T) {
+	for _, at := range []time.Time{time.UnixMilli(0), time.UnixMilli(1_700_000_000_123), time.UnixMilli(1<<47 - 1)} {
+		for _, prefix := range []string{"job_", "bdl_"} {
+			id := NewSortableID(prefix, at)
+			got, ok := agentproto.IDTime(id)
+			if !ok || !got.Equal(at) {
+				t.Errorf("IDTime(%s) = %v, %v; made at %v", id, got, ok, at)
+			}
+		}
+	}
+	for _, bad := range []string{"", "job_", "j1", "job_once", "JOB_" + strings.Repeat("0", 26), "job_" + strings.Repeat("w", 26), "job_" + strings.Repeat("0", 27)} {
+		if got, ok := agentproto.IDTime(bad); ok {
+			t.Errorf("IDTime(%q) = %v, true", bad, got)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/imsd/agentapi"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -36,6 +37,10 @@ import (
 const (
 	resultsFileName = "results.json"
 	journalFileName = "journal.jsonl"
+	// The bundle's own manifest and imsd's signature of it, which the
+	// agent kept when it imported the bundle.
+	bundleManifestName  = "bundle-manifest.json"
+	bundleSignatureName = "bundle-manifest.sig"
 )
 
 // kindResultsImported is the audit event of an imported results file; its
@@ -218,6 +223,9 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 		}
 		cfgs[i] = cfg
 	}
+	if err := checkResultsBundle(keys, in, agent.ID, man.ID, res, jobs, dir); err != nil {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %v", err)
+	}
 	// The agent's journal: whole, chained, and continuing what an
 	// earlier import took. Read as it streams from the file: it may be
 	// most of a file of hundreds of MiB.
@@ -322,16 +330,11 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 		sj := store.Job{ID: j.JobID, InstallID: in.ID, ComponentType: j.ComponentType, Operation: j.Operation, Component: j.Component,
 			Config: config, MaxAttempts: 1, Timeout: st.Timeout, CreatedAt: now, CreatedBy: "bundle " + man.ID, Mode: store.Mode(j.Mode)}
 		state := jobStates[r.Outcome]
-		logs := make([]store.LogLine, len(r.Log))
-		for k, text := range r.Log {
-			stream := 1
-			if strings.HasPrefix(text, "[agentd] ") {
-				stream = 3
-			}
-			logs[k] = store.LogLine{Seq: int64(k + 1), Time: r.EndedAt, Stream: stream, Text: text}
-		}
-		step := store.OfflineStep{Name: j.Step, Job: sj, Result: store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs},
-			Logs: logs, Started: r.StartedAt, Ended: r.EndedAt, StepState: store.StepFailed, Msg: r.Error}
+		logs := importedLog(r.Log, r.EndedAt)
+		// The error is cut as a live agent's result's is.
+		rerr := agentapi.CutUTF8(r.Error, agentapi.MaxLogLineBytes)
+		step := store.OfflineStep{Name: j.Step, Job: sj, Result: store.Result{State: state, ExitCode: int(r.ExitCode), Error: rerr, Outputs: r.Outputs},
+			Logs: logs, Started: r.StartedAt, Ended: r.EndedAt, StepState: store.StepFailed, Msg: rerr}
 		if state == store.JobSucceeded {
 			step.StepState, step.Msg = store.StepSucceeded, ""
 			if j.Component != "" && j.Operation == workflow.OpApply {
@@ -454,6 +457,99 @@ func (s *Service) newResults(ctx context.Context, bundle string, wf store.Workfl
 			bundle, wf.ID, wf.State, strings.Join(diffs, "; "))
 	}
 	return added, nil
+}
+
+// checkResultsBundle checks a results file (unpacked in dir; of bundle
+// id by its agent-signed manifest, results res, its jobs opened) against
+// the bundle it is of, as imsd signed it (its manifest, kept by the
+// agent): signed by a key this imsd holds (keys), a bundle of that id for
+// this install and agent, of the revision and workflow kind results.json
+// names, and whose view of its jobs (jobs.json, by the digest the
+// manifest lists) is the view of the jobs the file carries. So the file
+// can neither claim another revision, nor bring jobs of another bundle
+// (or online ones) as this one's: imsd stores nothing of a bundle when
+// it makes it, its signature is the record.
+func checkResultsBundle(keys map[string]ed25519.PublicKey, in store.Install, agentID, id string, res offlineResults, jobs []agentproto.BundleJob, dir string) error {
+	raw, err := os.ReadFile(filepath.Join(dir, bundleManifestName))
+	if err != nil {
+		return fmt.Errorf("%s: %w: the file carries no copy of bundle %s as imsd signed it, so its results cannot be checked against it (an agentd before this check exported it: import the bundle again with a current agentd, which runs no job twice, and export the results again)", bundleManifestName, err, id)
+	}
+	sigB, err := os.ReadFile(filepath.Join(dir, bundleSignatureName))
+	if err != nil {
+		return fmt.Errorf("%s: %w", bundleSignatureName, err)
+	}
+	var sig bundlefile.Signature
+	if err := json.Unmarshal(sigB, &sig); err != nil {
+		return fmt.Errorf("%s: %w", bundleSignatureName, err)
+	}
+	if err := agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature); err != nil {
+		return fmt.Errorf("%s: %w", bundleManifestName, err)
+	}
+	var bm bundlefile.Manifest
+	if err := json.Unmarshal(raw, &bm); err != nil {
+		return fmt.Errorf("%s: %w", bundleManifestName, err)
+	}
+	switch {
+	case bm.Kind != bundlefile.KindBundle:
+		return fmt.Errorf("%s: a %s manifest, not a bundle's", bundleManifestName, bm.Kind)
+	case bm.ID != id:
+		return fmt.Errorf("%s: the results are of bundle %s, and the bundle manifest carried is bundle %s's", bundleManifestName, id, bm.ID)
+	case bm.InstallID != in.ID || bm.AgentID != agentID:
+		return fmt.Errorf("%s: bundle %s was made for agent %s of install %s, and the results are agent %s's of install %s (%s)", bundleManifestName, bm.ID, bm.AgentID, bm.InstallID, agentID, in.Name, in.ID)
+	case res.Revision != bm.Revision || res.WorkflowKind != bm.WorkflowKind:
+		return fmt.Errorf("%s: names revision %d (%s workflow), and bundle %s is of revision %d (%s workflow), as imsd signed it", resultsFileName, res.Revision, res.WorkflowKind, bm.ID, bm.Revision, bm.WorkflowKind)
+	}
+	view, err := os.ReadFile(filepath.Join(dir, BundleJobsFile))
+	if err != nil {
+		return fmt.Errorf("%s: %w", BundleJobsFile, err)
+	}
+	sum := sha256.Sum256(view)
+	listed := slices.IndexFunc(bm.Files, func(f bundlefile.File) bool { return f.Path == BundleJobsFile })
+	if listed < 0 || bm.Files[listed].SHA256 != hex.EncodeToString(sum[:]) {
+		return fmt.Errorf("%s: not the jobs of bundle %s (its manifest lists another, or none)", BundleJobsFile, bm.ID)
+	}
+	if err := agentproto.CheckBundleJobsView(view, jobs); err != nil {
+		return fmt.Errorf("the jobs are not bundle %s's: %w", bm.ID, err)
+	}
+	return nil
+}
+
+// importedLog is the log lines of an imported job (its results' log,
+// at ended), held to the limits of a live agent's log batch: each line
+// at most agentapi.MaxLogLineBytes (a longer one is cut, and says so),
+// and at most agentapi.MaxLogBatch lines and agentapi.MaxLogBatchBytes
+// of text in all; the lines past those are left out, and a last line
+// (from imsd) says how many. A results file is the agent's (or the
+// customer's, who holds its key) to write: nothing in it makes imsd
+// store more of a job's log than a live agent could send in one batch.
+func importedLog(texts []string, at time.Time) []store.LogLine {
+	cutMark := fmt.Sprintf(" [imsd: line cut, over the %d KiB a log line may have]", agentapi.MaxLogLineBytes>>10)
+	logs := make([]store.LogLine, 0, min(len(texts), agentapi.MaxLogBatch))
+	size, left, leftBytes := 0, 0, 0
+	for _, text := range texts {
+		if len(text) > agentapi.MaxLogLineBytes {
+			text = agentapi.CutUTF8(text, agentapi.MaxLogLineBytes-len(cutMark)) + cutMark
+		}
+		// Room is kept for the note, if one is needed; from the first
+		// line left out on, all are.
+		if left > 0 || len(logs) >= agentapi.MaxLogBatch-1 || size+len(text) > agentapi.MaxLogBatchBytes-1024 {
+			left++
+			leftBytes += len(text)
+			continue
+		}
+		stream := 1
+		if strings.HasPrefix(text, "[agentd] ") {
+			stream = 3
+		}
+		size += len(text)
+		logs = append(logs, store.LogLine{Seq: int64(len(logs) + 1), Time: at, Stream: stream, Text: text})
+	}
+	if left > 0 {
+		logs = append(logs, store.LogLine{Seq: int64(len(logs) + 1), Time: at, Stream: 3,
+			Text: fmt.Sprintf("[imsd] %d more log lines (%d bytes) of this job were left out: imsd keeps of an imported job's log what a live agent sends in one batch, %d lines and %d MiB",
+				left, leftBytes, agentapi.MaxLogBatch, agentapi.MaxLogBatchBytes>>20)})
+	}
+	return logs
 }
 
 // journalRead is what an import takes from an agent's journal.

@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,9 +16,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/imsd/agentapi"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -54,6 +59,21 @@ type journalShape struct {
 	// outcomes, if set for a bundle, are its job's runs' outcomes, in
 	// order (a step refused, then re-run); the results carry the last.
 	outcomes map[string][]string
+	// bundle, if set, changes a file's parts before they are written.
+	bundle func(id string, p *resultsParts)
+}
+
+// resultsParts are what resultsFilesWith writes into a results file:
+// the bundle's manifest as imsd signed it (nil: the file carries none,
+// as an older agentd's), the jobs the file sends back, and its
+// results.json.
+type resultsParts struct {
+	manifest *bundlefile.Manifest
+	jobs     []agentproto.BundleJob
+	results  map[string]any
+	// signer, if set, signs the manifest instead of imsd's key (under
+	// imsd's key id).
+	signer ed25519.PrivateKey
 }
 
 // runsOf is the outcomes of bundle id's job's runs under sh.
@@ -105,7 +125,25 @@ func resultsFilesWith(t *testing.T, key auth.SigningKey, agentID string, agentKe
 	out := map[string][]byte{}
 	for _, id := range bundleIDs {
 		job := jobs[id]
-		b, _ := json.Marshal([]agentproto.BundleJob{job})
+		view, err := agentproto.BundleJobsView([]agentproto.BundleJob{job})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vb, _ := json.MarshalIndent(view, "", "  ")
+		vb = append(vb, '\n')
+		vsum := sha256.Sum256(vb)
+		p := resultsParts{
+			manifest: &bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: id, InstallID: "inst-1", AgentID: agentID, Revision: 1,
+				WorkflowKind: "update", Created: t0, Files: []bundlefile.File{{Path: BundleJobsFile, Size: int64(len(vb)), SHA256: hex.EncodeToString(vsum[:])}}},
+			jobs: []agentproto.BundleJob{job},
+			results: map[string]any{"bundle": id, "install_id": "inst-1", "agent_id": agentID, "revision": 1, "workflow_kind": "update",
+				"jobs": []map[string]any{{"job_id": job.JobID, "step": "hello", "outcome": runsOf(sh, id)[len(runsOf(sh, id))-1], "log": []string{"hi"},
+					"started_at": t0, "ended_at": t0.Add(time.Second)}}},
+		}
+		if sh.bundle != nil {
+			sh.bundle(id, &p)
+		}
+		b, _ := json.Marshal(p.jobs)
 		sealTo := key.Public
 		if sh.sealTo != nil {
 			sealTo = sh.sealTo
@@ -114,9 +152,7 @@ func resultsFilesWith(t *testing.T, key auth.SigningKey, agentID string, agentKe
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, _ := json.Marshal(map[string]any{"bundle": id, "install_id": "inst-1", "agent_id": agentID, "revision": 1, "workflow_kind": "update",
-			"jobs": []map[string]any{{"job_id": job.JobID, "step": "hello", "outcome": runsOf(sh, id)[len(runsOf(sh, id))-1], "log": []string{"hi"},
-				"started_at": t0, "ended_at": t0.Add(time.Second)}}})
+		res, _ := json.Marshal(p.results)
 		rs := journal
 		if sh.ownOnly {
 			rs = rs[:ends[id]]
@@ -133,7 +169,17 @@ func resultsFilesWith(t *testing.T, key auth.SigningKey, agentID string, agentKe
 			jb.Write(append(b, '\n'))
 		}
 		dir := t.TempDir()
-		for name, b := range map[string][]byte{resultsFileName: res, journalFileName: jb.Bytes(), BundleJobsFile: []byte("[]\n"), BundleSealedJobsFile: sealed} {
+		parts := map[string][]byte{resultsFileName: res, journalFileName: jb.Bytes(), BundleJobsFile: vb, BundleSealedJobsFile: sealed}
+		if p.manifest != nil {
+			raw, _ := json.Marshal(p.manifest)
+			signer := key.Private
+			if p.signer != nil {
+				signer = p.signer
+			}
+			sig, _ := json.Marshal(bundlefile.Signature{KeyID: key.ID, Signature: agentproto.SignBundleManifest(signer, raw)})
+			parts[bundleManifestName], parts[bundleSignatureName] = raw, sig
+		}
+		for name, b := range parts {
 			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -535,5 +581,134 @@ func TestImportResultsOfABundleMadeBeforeARotation(t *testing.T) {
 	}
 	if wf, _, err := st.GetWorkflow(ctx, out.WorkflowId); err != nil || wf.State != store.WorkflowSucceeded {
 		t.Fatalf("the bundle's workflow: %+v, %v", wf, err)
+	}
+}
+
+// A results file is checked against the bundle it is of, as imsd signed
+// it (the agent keeps the bundle's manifest and carries it back): one
+// that carries no copy of it, names another revision or workflow kind,
+// brings a job of another bundle (signed by imsd for the same agent) as
+// this one's, or carries the manifest of another bundle or install's, or
+// one imsd never signed, records nothing; the file as exported imports.
+func TestImportResultsTiedToTheirBundle(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	id := auth.NewSortableID("bdl_", t0)
+	// A job imsd signed for the same agent, in another bundle.
+	other := agentproto.BundleJob{Step: "hello", JobID: auth.NewSortableID("job_", t0), InstallID: "inst-1", Attempt: 1, FencingToken: 1,
+		Mode: "maintenance", ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, Config: json.RawMessage(`{"command":"rm -rf /data"}`)}
+	cfg, _ := other.DecodeConfig()
+	c, err := other.Claims(ag.ID, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Expires = t0.Add(time.Hour)
+	other.Signature, other.KeyID, other.ExpireUnixMs = key.Sign(&c), key.ID, c.Expires.UnixMilli()
+	_, stranger, _ := ed25519.GenerateKey(nil)
+	file := func(edit func(p *resultsParts)) []byte {
+		return resultsFilesWith(t, key, ag.ID, agentKey, t0, journalShape{bundle: func(_ string, p *resultsParts) { edit(p) }}, id)[id]
+	}
+	result := func(j agentproto.BundleJob) map[string]any {
+		return map[string]any{"job_id": j.JobID, "step": j.Step, "outcome": "succeeded", "started_at": t0, "ended_at": t0.Add(time.Second)}
+	}
+	for _, bad := range []struct {
+		name string
+		file []byte
+		want string
+	}{
+		{"without the bundle's manifest", file(func(p *resultsParts) { p.manifest = nil }),
+			"bundle-manifest.json: open "},
+		{"of another revision", file(func(p *resultsParts) { p.results["revision"] = 2 }),
+			"results.json: names revision 2 (update workflow), and bundle " + id + " is of revision 1 (update workflow), as imsd signed it"},
+		{"of another workflow kind", file(func(p *resultsParts) { p.results["workflow_kind"] = "provision" }),
+			"names revision 1 (provision workflow)"},
+		{"with a job of another bundle added", file(func(p *resultsParts) {
+			p.jobs = append(p.jobs, other)
+			p.results["jobs"] = append(p.results["jobs"].([]map[string]any), result(other))
+		}), "the jobs are not bundle " + id + "'s: jobs.json lists 1 jobs and jobs.sealed holds 2"},
+		{"with a job of another bundle instead", file(func(p *resultsParts) {
+			p.jobs = []agentproto.BundleJob{other}
+			p.results["jobs"] = []map[string]any{result(other)}
+		}), "the jobs are not bundle " + id + "'s: jobs.json: step hello"},
+		{"with another bundle's manifest", file(func(p *resultsParts) { p.manifest.ID = auth.NewSortableID("bdl_", t0) }),
+			"the results are of bundle " + id + ", and the bundle manifest carried is bundle bdl_"},
+		{"with another install's bundle manifest", file(func(p *resultsParts) { p.manifest.InstallID = "inst-2" }),
+			"bundle " + id + " was made for agent ag-1 of install inst-2, and the results are agent ag-1's of install acme"},
+		{"with a results file's manifest", file(func(p *resultsParts) { p.manifest.Kind = bundlefile.KindResults }),
+			"a results manifest, not a bundle's"},
+		{"with a bundle manifest imsd did not sign", file(func(p *resultsParts) { p.signer = stranger }),
+			"bundle-manifest.json: bundle manifest: the signature does not match"},
+	} {
+		_, err := importResults(s, bad.file)
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "nothing was recorded") {
+			t.Errorf("%s: %v, want %q", bad.name, err, bad.want)
+		}
+	}
+	if wfs, err := st.ListWorkflows(ctx, store.WorkflowFilter{InstallID: "inst-1"}); err != nil || len(wfs) > 0 {
+		t.Fatalf("the refused files recorded workflows %v, %v", wfs, err)
+	}
+	if out, err := importResults(s, file(func(*resultsParts) {})); err != nil || out.Jobs != 1 {
+		t.Fatalf("the file as exported: %v, %v", out, err)
+	}
+}
+
+// An imported job's log is held to a live agent's log batch limits:
+// a line over the line limit is cut and says so, and the lines past the
+// batch's line or byte limit are left out, a last line from imsd saying
+// how many; the job's error is cut as a live result's is. A results file
+// is the agent's key holder's to write, and one job's log of millions of
+// lines would otherwise all go into one transaction.
+func TestImportResultsLogHeldToBatchLimits(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		log       []string
+		kept      int
+		left      string
+		firstLine int
+	}{
+		{"many lines", slices.Repeat([]string{"line"}, 3*agentapi.MaxLogBatch), agentapi.MaxLogBatch - 1,
+			fmt.Sprintf("[imsd] %d more log lines (%d bytes) of this job were left out", 2*agentapi.MaxLogBatch+1, 4*(2*agentapi.MaxLogBatch+1)), 4},
+		{"long lines", slices.Repeat([]string{strings.Repeat("é", agentapi.MaxLogLineBytes)}, 100), 63,
+			"[imsd] 37 more log lines (", agentapi.MaxLogLineBytes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, st, key, t0 := bundleService(t)
+			ag, agentKey := resultsAgent(t, s, st, t0)
+			id := auth.NewSortableID("bdl_", t0)
+			file := resultsFilesWith(t, key, ag.ID, agentKey, t0, journalShape{bundle: func(_ string, p *resultsParts) {
+				j := p.results["jobs"].([]map[string]any)[0]
+				j["log"], j["error"] = tc.log, strings.Repeat("x", 1<<20)
+			}}, id)[id]
+			if _, err := importResults(s, file); err != nil {
+				t.Fatal(err)
+			}
+			jobID := resultsJobID(t, file)
+			logs, err := st.ListLogs(ctx, jobID, 0, 0, 10*agentapi.MaxLogBatch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last := logs[len(logs)-1]; len(logs) != tc.kept+1 || !strings.HasPrefix(last.Text, tc.left) || last.Stream != 3 {
+				t.Fatalf("%d lines kept, the last %.120q; want %d and a note %q", len(logs), last.Text, tc.kept+1, tc.left)
+			}
+			size := 0
+			for _, l := range logs {
+				if len(l.Text) > agentapi.MaxLogLineBytes || !utf8.ValidString(l.Text) {
+					t.Fatalf("line %d: %d bytes, valid UTF-8 %v", l.Seq, len(l.Text), utf8.ValidString(l.Text))
+				}
+				size += len(l.Text)
+			}
+			if size > agentapi.MaxLogBatchBytes {
+				t.Fatalf("%d bytes of log kept", size)
+			}
+			if first := logs[0].Text; len(first) < tc.firstLine-100 || (len(tc.log[0]) > agentapi.MaxLogLineBytes && !strings.HasSuffix(first, "[imsd: line cut, over the 64 KiB a log line may have]")) {
+				t.Fatalf("the first line: %d bytes, ending %q", len(first), first[max(0, len(first)-60):])
+			}
+			j, err := st.GetJob(ctx, jobID)
+			if err != nil || len(j.Error) > agentapi.MaxLogLineBytes {
+				t.Fatalf("the job's error: %d bytes, %v", len(j.Error), err)
+			}
+		})
 	}
 }

@@ -59,6 +59,10 @@ type Repo struct {
 	// reading a repository never creates it, the first push does.
 	mu     sync.Mutex
 	layout *oci.Store
+	// imu guards index, a layout's index.json as byoc writes it
+	// (layoutindex.go); it is taken after mu, never before.
+	imu   sync.Mutex
+	index *ocispec.Index
 
 	// blobs serves a layout repository's blobs that are not files of
 	// its directory (ServeBlobs).
@@ -98,12 +102,33 @@ func (r *Repo) target(ctx context.Context, create bool) (target, error) {
 	if _, err := os.Stat(filepath.Join(r.dir, ocispec.ImageLayoutFile)); err != nil && !create {
 		return nil, nil
 	}
+	// byoc writes the layout's own files (layoutindex.go), before the
+	// store would, and after it each change to the index.
+	idx, err := prepareLayout(r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("open OCI layout %s: %w", r.dir, err)
+	}
 	st, err := oci.NewWithContext(ctx, r.dir)
 	if err != nil {
 		return nil, fmt.Errorf("open OCI layout %s: %w", r.dir, err)
 	}
-	r.layout = st
+	st.AutoSaveIndex = false
+	r.layout, r.index = st, idx
 	return st, nil
+}
+
+// saveIndexed records in a layout's index.json that desc was pushed or
+// tagged ref (layoutindex.go); a registry's needs nothing.
+func (r *Repo) saveIndexed(desc ocispec.Descriptor, ref string) error {
+	if r.remote != nil || (ref == "" && !isManifest(desc.MediaType)) {
+		return nil
+	}
+	r.imu.Lock()
+	defer r.imu.Unlock()
+	if r.index == nil || !indexed(r.index, desc, ref) {
+		return nil
+	}
+	return writeIndex(r.dir, r.index)
 }
 
 // Name is the repository as a reference names it (without digest).
@@ -135,7 +160,10 @@ func (r *Repo) Push(ctx context.Context, desc ocispec.Descriptor, rd io.Reader) 
 	if err != nil {
 		return err
 	}
-	return t.Push(ctx, desc, rd)
+	if err := t.Push(ctx, desc, rd); err != nil {
+		return err
+	}
+	return r.saveIndexed(desc, "")
 }
 
 // Exists reports whether the repository holds desc.
@@ -153,7 +181,10 @@ func (r *Repo) Tag(ctx context.Context, desc ocispec.Descriptor, reference strin
 	if err != nil {
 		return err
 	}
-	return t.Tag(ctx, desc, reference)
+	if err := t.Tag(ctx, desc, reference); err != nil {
+		return err
+	}
+	return r.saveIndexed(desc, reference)
 }
 
 // Resolve finds the descriptor of a manifest by digest (or tag). In a

@@ -2,6 +2,8 @@ package agentproto
 
 import (
 	"crypto/ed25519"
+	"encoding/base32"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -41,6 +43,27 @@ var bundleIDRE = regexp.MustCompile(`^bdl_[0-9a-v]{26}$`)
 // ValidBundleID reports whether id is a bundle id as imsd makes them:
 // safe as a file name, and sorting by the time imsd made it.
 func ValidBundleID(id string) bool { return bundleIDRE.MatchString(id) }
+
+// sortableIDRE is an id auth.NewSortableID makes: a prefix, then 16
+// bytes in lower-case base32hex, the first 48 bits imsd's clock in Unix
+// milliseconds.
+var sortableIDRE = regexp.MustCompile(`^[a-z]+_[0-9a-v]{26}$`)
+
+// IDTime is when imsd made id (a bundle's, a job's: auth.NewSortableID),
+// read from the id itself; false for an id not of that form (one a test
+// or an older imsd made). imsd signs the ids it makes (a job's in its
+// claims, a bundle's with its jobs), so the time is imsd's word.
+func IDTime(id string) (time.Time, bool) {
+	if !sortableIDRE.MatchString(id) {
+		return time.Time{}, false
+	}
+	_, enc, _ := strings.Cut(id, "_")
+	b, err := base32.HexEncoding.WithPadding(base32.NoPadding).DecodeString(strings.ToUpper(enc))
+	if err != nil || len(b) != 16 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[:8]) >> 16)).UTC(), true
+}
 
 // SignBundleManifest signs a bundle manifest's bytes with imsd's key.
 func SignBundleManifest(key ed25519.PrivateKey, manifest []byte) []byte {

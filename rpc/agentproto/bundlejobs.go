@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,4 +140,47 @@ func maskValues(v any, secrets []string) any {
 	default:
 		return v
 	}
+}
+
+// CheckBundleJobsView checks that view (a bundle's jobs.json) is the readable
+// view of jobs (its jobs.sealed, opened): the same jobs, in the same
+// order, with the same configs but for the sensitive values masked. It
+// names the first step that differs. The agent checks a bundle's pair
+// so, and imsd a results file's jobs against the bundle's view it
+// signed.
+func CheckBundleJobsView(view []byte, jobs []BundleJob) error {
+	want, err := BundleJobsView(jobs)
+	if err != nil {
+		return fmt.Errorf("jobs.sealed: %w", err)
+	}
+	var got []BundleJob
+	if err := json.Unmarshal(view, &got); err != nil {
+		return fmt.Errorf("jobs.json: %w", err)
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("jobs.json lists %d jobs and jobs.sealed holds %d", len(got), len(want))
+	}
+	norm := func(j BundleJob) (any, error) {
+		b, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		var v any
+		err = json.Unmarshal(b, &v)
+		return v, err
+	}
+	for i := range want {
+		g, err := norm(got[i])
+		if err != nil {
+			return fmt.Errorf("jobs.json: %w", err)
+		}
+		w, err := norm(want[i])
+		if err != nil {
+			return fmt.Errorf("jobs.sealed: %w", err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			return fmt.Errorf("jobs.json: step %s (job %s) is not the job jobs.sealed holds (step %s, job %s): what you read is not what would run", got[i].Step, got[i].JobID, want[i].Step, want[i].JobID)
+		}
+	}
+	return nil
 }
