@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -19,7 +18,8 @@ const logChunk = 500
 // AppendLogs stores log lines of job jobID written by w, under the job's
 // current attempt (the lines' Attempt fields are ignored). A line whose
 // (attempt, seq) is already stored is skipped, so resending a batch after
-// a reconnect is harmless.
+// a reconnect is harmless. Past the job's log cap (SetLogLimits) lines are
+// dropped, counted on one marker line, and AppendLogs still succeeds.
 func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []LogLine) error {
 	for i, l := range lines {
 		if l.Stream < 1 || l.Stream > 3 {
@@ -41,9 +41,13 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 	})
 }
 
-// insertLogs inserts lines of job jobID's attempt, skipping those stored.
-func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine) error {
-	for c := range slices.Chunk(lines, logChunk) {
+// insertLogRows inserts lines of job jobID's attempt, skipping those
+// stored, and returns the seqs of the lines it inserted. texts are the
+// lines' texts, cleaned.
+func (s *Store) insertLogRows(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine, texts []string) ([]int64, error) {
+	var inserted []int64
+	for start := 0; start < len(lines); start += logChunk {
+		c := lines[start:min(start+logChunk, len(lines))]
 		args := make([]any, 0, 6*len(c))
 		var b strings.Builder
 		b.WriteString(`INSERT INTO job_logs (job_id, attempt, seq, at, stream, text) VALUES `)
@@ -52,14 +56,30 @@ func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt i
 				b.WriteString(`, `)
 			}
 			b.WriteString(`(?, ?, ?, ?, ?, ?)`)
-			args = append(args, jobID, attempt, l.Seq, nanos(l.Time), l.Stream, cleanText(l.Text))
+			args = append(args, jobID, attempt, l.Seq, nanos(l.Time), l.Stream, texts[start+i])
 		}
-		b.WriteString(` ON CONFLICT DO NOTHING`)
-		if _, err := tx.ExecContext(ctx, s.bind(b.String()), args...); err != nil {
-			return err
+		// RETURNING tells the lines stored now from those sent again,
+		// which the cap must not count twice.
+		b.WriteString(` ON CONFLICT DO NOTHING RETURNING seq`)
+		rows, err := tx.QueryContext(ctx, s.bind(b.String()), args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			inserted = append(inserted, seq)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return inserted, nil
 }
 
 // heldAttempt returns the attempt of job jobID if w holds its lease, and
