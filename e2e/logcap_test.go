@@ -37,7 +37,7 @@ func TestJobLogCapByFlag(t *testing.T) {
 	}
 	var markers []*imsv1.LogLine
 	for _, l := range followed {
-		if strings.HasPrefix(l.Text, "imsd dropped the rest of this attempt's log") {
+		if strings.HasPrefix(l.Text, "[WARN]  imsd: dropped the rest of this attempt's log") {
 			markers = append(markers, l)
 		}
 	}
@@ -65,6 +65,18 @@ func TestJobLogCapByFlag(t *testing.T) {
 	}
 	if n, _ := strconv.Atoi(m[1]); n < 4950 {
 		t.Errorf("the marker counts %d lines dropped, want at least 4950 (the script's 5000 less the 50 kept)", n)
+	}
+
+	// The command line shows it, at --level warn too (it is a warning).
+	cli := cluster.NewCLIWith(t, filepath.Join(t.TempDir(), "byoc.json"), p.URL(), p.Token)
+	out := cli.Run(0, "job", "logs", job.Id, "--follow")
+	_, after, found := strings.Cut(out, "\n==> [WARN]  imsd: dropped the rest of this attempt's log: ")
+	if _, end, _ := strings.Cut(after, "\n"); !found || !strings.HasPrefix(end, "==> job "+job.Id+" succeeded") || strings.Count(end, "\n") > 1 {
+		t.Errorf("byoc job logs --follow: want the lines kept, the marker, then the job's end:\n%s", out)
+	}
+	out = cli.Run(0, "job", "logs", job.Id, "--level", "warn")
+	if strings.TrimSpace(out) != "==> "+last {
+		t.Errorf("byoc job logs --level warn = %q, want only the marker", out)
 	}
 
 	next := enqueue(t, c, "acme", `echo "after=yes" >> "$BYOC_OUTPUTS"`, 60)

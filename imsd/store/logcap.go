@@ -199,8 +199,9 @@ func (s *Store) dropLogs(ctx context.Context, tx *txn, jobID string, attempt int
 }
 
 // CutMarkerPrefix starts the text of the line that stands for the lines
-// dropped past a job's log cap.
-const CutMarkerPrefix = "imsd dropped the rest of this attempt's log"
+// dropped past a job's log cap. It is a warning in the SDK's leveled form
+// (plugins/sdk/loglevel), so byoc job logs --level warn shows it too.
+const CutMarkerPrefix = "[WARN]  imsd: dropped the rest of this attempt's log"
 
 // CutMarker is the text of the line that stands for the lines dropped
 // past a job's log cap: how many, and which limit and flag kept them out.
@@ -230,8 +231,8 @@ func trimZero(s string) string {
 }
 
 // PrunedMarkerPrefix starts the text of the line that stands for a job's
-// log removed under the log retention.
-const PrunedMarkerPrefix = "imsd removed this job's log"
+// log removed under the log retention, a warning like CutMarkerPrefix.
+const PrunedMarkerPrefix = "[WARN]  imsd: removed this job's log"
 
 // PruneResult is what one PruneLogs call did.
 type PruneResult struct {
