@@ -253,3 +253,38 @@ func testLogPruneReplicas(t *testing.T, e *env) {
 		}
 	}
 }
+
+// testLogPruneRerun: a refused offline step's job whose log was pruned,
+// re-run by a later results file (attempt 2), has its new lines pruned
+// in their turn.
+func testLogPruneRerun(t *testing.T, e *env) {
+	ctx := e.ctx()
+	ins := e.install("offline-prune")
+	e.agent(ins, "ag-op")
+	j := newJob("job-op-web", ins, at(time.Minute))
+	j.ComponentType, j.Component, j.MaxAttempts = "action", "web", 1
+	ok(t, e.s.RecordOfflineWorkflow(ctx, store.OfflineWorkflow{
+		Workflow: store.Workflow{ID: "wf-op", InstallID: ins, Kind: "provision", AppRevision: 4, Parallelism: 1, CreatedAt: at(time.Minute), CreatedBy: "bundle b"},
+		Steps:    planSteps("web"), AgentID: "ag-op",
+		Ran: []store.OfflineStep{{Name: "web", Job: j, Result: store.Result{State: store.JobRefused, ExitCode: -1, Error: "refused: maintenance is off"},
+			Logs: lines(1, 1, 3), Started: at(2 * time.Minute), Ended: at(3 * time.Minute), StepState: store.StepFailed, Msg: "refused"}},
+		State: store.WorkflowFailed, Msg: "steps not succeeded: web", InstallState: store.InstallFailed,
+		Audit: store.AuditEvent{Chain: ins, At: at(4 * time.Minute), Kind: "bundle.results_imported", Actor: "imsd", Subject: "bundle:wf-op"},
+		Now:   at(4 * time.Minute),
+	}))
+	r, err := e.s.PruneLogs(ctx, time.Hour, at(2*time.Hour), 0)
+	ok(t, err)
+	equal(t, "first prune", fmt.Sprintf("%s %d %v", r.JobID, r.Lines, r.Done), "job-op-web 3 true")
+
+	ok(t, e.s.RecordOfflineRerun(ctx, store.OfflineRerun{WorkflowID: "wf-op", AgentID: "ag-op", Rerun: map[string]bool{"web": true},
+		Ran: []store.OfflineStep{{Name: "web", Job: j, Result: store.Result{State: store.JobSucceeded}, Logs: lines(2, 1, 2),
+			Started: at(3 * time.Hour), Ended: at(3*time.Hour + time.Minute), StepState: store.StepSucceeded}},
+		State: store.WorkflowSucceeded, InstallState: store.InstallActive, Revision: 4,
+		Audit: store.AuditEvent{Chain: ins, At: at(3*time.Hour + 2*time.Minute), Kind: "bundle.results_imported", Actor: "imsd", Subject: "bundle:wf-op"},
+		Now:   at(3*time.Hour + 2*time.Minute)}))
+	kept, _ := e.stored("job-op-web")
+	equal(t, "lines of the re-run", len(kept), 2)
+	r, err = e.s.PruneLogs(ctx, time.Hour, at(5*time.Hour), 0)
+	ok(t, err)
+	equal(t, "prune after the re-run", fmt.Sprintf("%s %d %v", r.JobID, r.Lines, r.Done), "job-op-web 2 true")
+}

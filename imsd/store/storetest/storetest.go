@@ -68,6 +68,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"LogCapReplicas", testLogCapReplicas},
 		{"LogPrune", testLogPrune},
 		{"LogPruneReplicas", testLogPruneReplicas},
+		{"LogPruneRerun", testLogPruneRerun},
 		{"Fleet", testFleet},
 		{"ListJobs", testListJobs},
 		{"QueuedJobInstalls", testQueuedJobInstalls},
