@@ -42,10 +42,13 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 }
 
 // insertLogRows inserts lines of job jobID's attempt, skipping those
-// stored, and returns the seqs of the lines it inserted. texts are the
-// lines' texts, cleaned.
-func (s *Store) insertLogRows(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine, texts []string) ([]int64, error) {
-	var inserted []int64
+// stored, and returns how many it inserted and, when returning is set,
+// their seqs. texts are the lines' texts, cleaned.
+func (s *Store) insertLogRows(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine, texts []string, returning bool) (int64, []int64, error) {
+	var (
+		n        int64
+		inserted []int64
+	)
 	for start := 0; start < len(lines); start += logChunk {
 		c := lines[start:min(start+logChunk, len(lines))]
 		args := make([]any, 0, 6*len(c))
@@ -58,28 +61,42 @@ func (s *Store) insertLogRows(ctx context.Context, tx *txn, jobID string, attemp
 			b.WriteString(`(?, ?, ?, ?, ?, ?)`)
 			args = append(args, jobID, attempt, l.Seq, nanos(l.Time), l.Stream, texts[start+i])
 		}
+		b.WriteString(` ON CONFLICT DO NOTHING`)
+		if !returning {
+			r, err := tx.ExecContext(ctx, s.bind(b.String()), args...)
+			if err != nil {
+				return 0, nil, err
+			}
+			k, err := r.RowsAffected()
+			if err != nil {
+				return 0, nil, err
+			}
+			n += k
+			continue
+		}
 		// RETURNING tells the lines stored now from those sent again,
 		// which the cap must not count twice.
-		b.WriteString(` ON CONFLICT DO NOTHING RETURNING seq`)
+		b.WriteString(` RETURNING seq`)
 		rows, err := tx.QueryContext(ctx, s.bind(b.String()), args...)
 		if err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 		for rows.Next() {
 			var seq int64
 			if err := rows.Scan(&seq); err != nil {
 				rows.Close()
-				return nil, err
+				return 0, nil, err
 			}
 			inserted = append(inserted, seq)
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, err
+			return 0, nil, err
 		}
+		n += int64(len(inserted))
 	}
-	return inserted, nil
+	return n, inserted, nil
 }
 
 // heldAttempt returns the attempt of job jobID if w holds its lease, and
