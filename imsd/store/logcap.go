@@ -71,15 +71,13 @@ func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt i
 	}
 	// The insert says which lines it stored (RETURNING), not those of a
 	// batch sent again after a reconnect. On SQLite RETURNING made a
-	// batch a third dearer (BenchmarkAppendLogs: it stores the rows to
-	// return, then steps through them): there a batch past the attempt's last stored line,
-	// all new (an agent sends in seq order, and AppendLogs holds the
-	// job), is counted from the batch itself. On PostgreSQL RETURNING
-	// is cheaper than the round trip of that read.
+	// batch a third dearer (BenchmarkAppendLogs: SQLite stores the rows
+	// to return, then steps through them), so there a batch past the
+	// attempt's last stored line, all new (an agent sends in seq order,
+	// and AppendLogs holds the job), is counted from the batch itself.
+	// On PostgreSQL RETURNING is cheaper than the round trip of a read.
 	resent := true
 	if cutAttempt != attempt && !s.postgres() {
-		// ORDER BY ... LIMIT 1, not MAX: the primary key's backward
-		// scan whatever the planner knows of the table.
 		var last int64
 		err := tx.QueryRowContext(ctx, s.bind(`SELECT seq FROM job_logs WHERE job_id = ? AND attempt = ? ORDER BY seq DESC LIMIT 1`), jobID, attempt).Scan(&last)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
