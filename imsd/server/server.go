@@ -575,7 +575,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	})
 	s.logsPruned.jobs = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "byoc_job_logs_pruned_total",
-		Help: "Jobs whose log this imsd removed to the end under --job-log-retention (their rows, results and audit events stay).",
+		Help: "Ended jobs this imsd's pruner went through under --job-log-retention: their log lines, if any, removed; their rows, results and audit events kept.",
 	})
 	s.reg.MustRegister(s.logsPruned.lines, s.logsPruned.jobs,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
