@@ -843,11 +843,16 @@ func (s *Server) sweep(ctx context.Context) {
 // 80-byte lines), or of a PostgreSQL row lock.
 const pruneBatch = 1000
 
+// pruneGap is the pause between two of the pruner's batches, so that a
+// backlog (the first start with a retention) leaves the writer to the
+// agents' writes most of the time: 10 million lines take a few minutes.
+const pruneGap = 20 * time.Millisecond
+
 // pruneLogs removes the log lines of jobs that ended more than
 // --job-log-retention ago, at the start and then every
-// JobLogPruneInterval, a batch per transaction until none is due. Every
-// replica runs it; on PostgreSQL each batch takes a job the others do
-// not hold.
+// JobLogPruneInterval, a batch per transaction (pruneGap apart) until
+// none is due. Every replica runs it; on PostgreSQL each batch takes a
+// job the others do not hold.
 func (s *Server) pruneLogs(ctx context.Context) {
 	t := time.NewTicker(s.cfg.JobLogPruneInterval)
 	defer t.Stop()
@@ -868,6 +873,12 @@ func (s *Server) pruneLogs(ctx context.Context) {
 				s.logsPruned.jobs.Inc()
 				s.log.Debug("pruned a job's log", "job", r.JobID, "retention", s.cfg.JobLogRetention)
 			}
+			gap := time.NewTimer(pruneGap)
+			select {
+			case <-ctx.Done():
+			case <-gap.C:
+			}
+			gap.Stop()
 		}
 		select {
 		case <-ctx.Done():
