@@ -81,7 +81,7 @@ func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name
 	if err != nil {
 		return err
 	}
-	if err := s.insertLogs(ctx, tx, j.ID, attempt, logs); err != nil {
+	if _, err := s.insertLogs(ctx, tx, j.ID, attempt, logs); err != nil {
 		return err
 	}
 	return s.finished(ctx, tx, j.ID, Writer{AgentID: agentID, FencingToken: int64(attempt)}, r, "", install, typ, op, release, ended)

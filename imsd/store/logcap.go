@@ -55,15 +55,18 @@ func (s *Store) LogLinesDropped() int64 { return s.logDropped.Load() }
 // row (AppendLogs read it FOR UPDATE on PostgreSQL; SQLite has one
 // writer): replicas of imsd appending to one job cannot pass the cap
 // between them, not even by one line.
-func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine) error {
+//
+// It returns how many lines it dropped, for the caller to count once its
+// transaction has committed.
+func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine) (int64, error) {
 	if len(lines) == 0 {
-		return nil
+		return 0, nil
 	}
 	lim := s.logLimits.orDefault()
 	var usedLines, usedBytes int64
 	var cutAttempt int
 	if err := tx.QueryRowContext(ctx, s.bind(`SELECT log_lines, log_bytes, log_cut_attempt FROM jobs WHERE id = ?`), jobID).Scan(&usedLines, &usedBytes, &cutAttempt); err != nil {
-		return fmt.Errorf("read log count of job %s: %w", jobID, err)
+		return 0, fmt.Errorf("read log count of job %s: %w", jobID, err)
 	}
 	texts := make([]string, len(lines))
 	for i, l := range lines {
@@ -81,7 +84,7 @@ func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt i
 		var last int64
 		err := tx.QueryRowContext(ctx, s.bind(`SELECT seq FROM job_logs WHERE job_id = ? AND attempt = ? ORDER BY seq DESC LIMIT 1`), jobID, attempt).Scan(&last)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("read last log line of job %s: %w", jobID, err)
+			return 0, fmt.Errorf("read last log line of job %s: %w", jobID, err)
 		}
 		resent = slices.ContainsFunc(lines, func(l LogLine) bool { return l.Seq <= last })
 	}
@@ -102,7 +105,7 @@ func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt i
 		}
 		stored, seqs, err := s.insertLogRows(ctx, tx, jobID, attempt, rest[:n], restTexts[:n], resent)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		switch {
 		case stored == int64(n):
@@ -128,13 +131,13 @@ func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt i
 	if addLines > 0 {
 		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE jobs SET log_lines = log_lines + ?, log_bytes = log_bytes + ? WHERE id = ?`),
 			addLines, addBytes, jobID); err != nil {
-			return fmt.Errorf("count log of job %s: %w", jobID, err)
+			return 0, fmt.Errorf("count log of job %s: %w", jobID, err)
 		}
 	}
 	if len(rest) > 0 {
 		return s.dropLogs(ctx, tx, jobID, attempt, rest, restTexts, lim)
 	}
-	return nil
+	return 0, nil
 }
 
 // dropLogs counts lines of job jobID's attempt that the cap keeps out on
@@ -143,13 +146,13 @@ func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt i
 // grows. A line at or below the last seq counted (or, at the first cut,
 // a line stored) was sent before, and is not counted again: exact for
 // batches in seq order, as an agent sends them.
-func (s *Store) dropLogs(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine, texts []string, lim LogLimits) error {
+func (s *Store) dropLogs(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine, texts []string, lim LogLimits) (int64, error) {
 	var c struct{ seq, lastSeq, lines, bytes int64 }
 	err := tx.QueryRowContext(ctx, s.bind(`SELECT seq, last_seq, lines, bytes FROM job_log_cuts WHERE job_id = ? AND attempt = ?`),
 		jobID, attempt).Scan(&c.seq, &c.lastSeq, &c.lines, &c.bytes)
 	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("read log cut of job %s: %w", jobID, err)
+		return 0, fmt.Errorf("read log cut of job %s: %w", jobID, err)
 	}
 	stored := map[int64]bool{}
 	if !found {
@@ -157,15 +160,15 @@ func (s *Store) dropLogs(ctx context.Context, tx *txn, jobID string, attempt int
 		// reconnect may be stored already (the batch's resent lines
 		// come first); any other is dropped.
 		for start := 0; start < len(lines); start += logChunk {
-			c := lines[start:min(start+logChunk, len(lines))]
-			args := make([]any, 0, 2+len(c))
+			chunk := lines[start:min(start+logChunk, len(lines))]
+			args := make([]any, 0, 2+len(chunk))
 			args = append(args, jobID, attempt)
-			for _, l := range c {
+			for _, l := range chunk {
 				args = append(args, l.Seq)
 			}
 			var have []int64
-			if err := tx.SelectContext(ctx, &have, s.bind(`SELECT seq FROM job_logs WHERE job_id = ? AND attempt = ? AND seq IN (`+placeholders(len(c))+`)`), args...); err != nil {
-				return fmt.Errorf("read stored log lines of job %s: %w", jobID, err)
+			if err := tx.SelectContext(ctx, &have, s.bind(`SELECT seq FROM job_logs WHERE job_id = ? AND attempt = ? AND seq IN (`+placeholders(len(chunk))+`)`), args...); err != nil {
+				return 0, fmt.Errorf("read stored log lines of job %s: %w", jobID, err)
 			}
 			for _, seq := range have {
 				stored[seq] = true
@@ -189,7 +192,7 @@ func (s *Store) dropLogs(ctx context.Context, tx *txn, jobID string, attempt int
 		c.lastSeq = max(c.lastSeq, l.Seq)
 	}
 	if dropped == 0 {
-		return nil
+		return 0, nil
 	}
 	c.lines += dropped
 	if !found {
@@ -204,7 +207,7 @@ func (s *Store) dropLogs(ctx context.Context, tx *txn, jobID string, attempt int
 			c.lastSeq, c.lines, c.bytes, jobID, attempt)
 	}
 	if err != nil {
-		return fmt.Errorf("record log cut of job %s: %w", jobID, err)
+		return 0, fmt.Errorf("record log cut of job %s: %w", jobID, err)
 	}
 	var at int64
 	if first != nil {
@@ -215,10 +218,9 @@ func (s *Store) dropLogs(ctx context.Context, tx *txn, jobID string, attempt int
 	if _, err := tx.ExecContext(ctx, s.bind(`INSERT INTO job_logs (job_id, attempt, seq, at, stream, text) VALUES (?, ?, ?, ?, 3, ?)
 		ON CONFLICT (job_id, attempt, seq) DO UPDATE SET text = excluded.text`),
 		jobID, attempt, c.seq, at, CutMarker(lim, c.lines, c.bytes)); err != nil {
-		return fmt.Errorf("write log cut marker of job %s: %w", jobID, err)
+		return 0, fmt.Errorf("write log cut marker of job %s: %w", jobID, err)
 	}
-	s.logDropped.Add(dropped)
-	return nil
+	return dropped, nil
 }
 
 // CutMarkerPrefix starts the text of the line that stands for the lines
@@ -229,7 +231,7 @@ const CutMarkerPrefix = "[WARN]  imsd: dropped the rest of this attempt's log"
 // CutMarker is the text of the line that stands for the lines dropped
 // past a job's log cap: how many, and which limit and flag kept them out.
 func CutMarker(lim LogLimits, lines, bytes int64) string {
-	return fmt.Sprintf("%s: %d lines (%s) dropped, counted until the job ends. imsd keeps at most %d lines and %s of a job's log, its attempts together (imsd --job-log-max-lines, --job-log-max-bytes); the job ran on.",
+	return fmt.Sprintf("%s: %d lines (%s) dropped, counted until the job ends. imsd keeps at most %d lines and %s of a job's log, its attempts together (imsd --job-log-max-lines, --job-log-max-bytes); the job goes on.",
 		CutMarkerPrefix, lines, sizeText(bytes), lim.Lines, sizeText(lim.Bytes))
 }
 

@@ -26,7 +26,9 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 			return errs.Field(fmt.Sprintf("lines[%d].stream", i), "must be 1 (stdout), 2 (stderr) or 3 (system), got %d", l.Stream)
 		}
 	}
-	return s.write(ctx, "append logs", func(tx *txn) error {
+	var dropped int64
+	err := s.write(ctx, "append logs", func(tx *txn) error {
+		dropped = 0
 		attempt, err := s.heldAttempt(ctx, tx, jobID, w)
 		if err != nil {
 			return err
@@ -34,11 +36,15 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 		if len(lines) == 0 {
 			return nil
 		}
-		if err := s.insertLogs(ctx, tx, jobID, attempt, lines); err != nil {
+		if dropped, err = s.insertLogs(ctx, tx, jobID, attempt, lines); err != nil {
 			return err
 		}
 		return s.notifyLogs(ctx, tx, jobID)
 	})
+	if err == nil {
+		s.logDropped.Add(dropped)
+	}
+	return err
 }
 
 // insertLogRows inserts lines of job jobID's attempt, skipping those
