@@ -135,7 +135,19 @@ func (s *Service) SupportShell(ctx context.Context, st *connect.BidiStream[imsv1
 			d["closed_by_imsd"] = refusedWhy
 		}
 		ev := store.AuditEvent{Chain: in.ID, At: s.now(), Kind: kind, Actor: p.Actor(), Subject: id, Data: d}
-		if err := s.store.RecordAudit(context.WithoutCancel(ctx), ev); err != nil {
+		wctx := context.WithoutCancel(ctx)
+		var err error
+		switch kind {
+		case "support.session.started":
+			err = s.store.StartSupportSession(wctx, store.SupportSession{ID: id, InstallID: in.ID, AgentID: sess.AgentID, StartedAt: ev.At}, ev)
+		case "support.session.ended":
+			// Not if the agent's report of the end came first
+			// (agentapi's lateShellEnd, on another stream).
+			_, err = s.store.EndSupportSession(wctx, id, "", ev)
+		default:
+			err = s.store.RecordAudit(wctx, ev)
+		}
+		if err != nil {
 			s.log.Error("audit a support session", "kind", kind, "session", id, "err", err)
 		}
 	}
