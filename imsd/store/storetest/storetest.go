@@ -91,6 +91,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AgentKeyRotation", testAgentKeyRotation},
 		{"BreakGlass", testBreakGlass},
 		{"SessionRecordings", testSessionRecordings},
+		{"SupportSessionEndsOnce", testSupportSessionEndsOnce},
 		{"AuditEvents", testAuditEvents},
 		{"AuditAppendOnly", testAuditAppendOnly},
 		{"AuditTamperEdit", testAuditTamperEdit},
