@@ -391,3 +391,33 @@ func TestReplicasShowAnAgentConnectedElsewhere(t *testing.T) {
 		t.Errorf("imsd-%d showed the stopped agent offline only after %s (lease %s)", 2-on, took.Round(time.Millisecond), lease)
 	}
 }
+
+// An agent revoked through one replica (a copy of its state dir is
+// suspected) loses its stream on the replica holding it within moments,
+// not at its next reconnection, which a thief's agent need never make:
+// that replica is told (store.NotifyKick), or learns it when it next
+// records the agent's last-seen time. The agent, refused at its next
+// hello, stops for good.
+func TestReplicasRevokeEndsStreamOnAnother(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	w := newReplicaWorld(t, 2, 1)
+	on := w.replicaWithAgent()
+	c := w.replicas[1-on].Client()
+	if _, err := c.RevokeAgent(context.Background(), connect.NewRequest(&imsv1.RevokeAgentRequest{Install: w.install, Reason: "copied state dir"})); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	cluster.Eventually(t, lease+2*heartbeat, fmt.Sprintf("imsd-%d to end the revoked agent's stream", on+1), func() bool {
+		return w.agentsOn(on) == 0 && w.agentsOn(1-on) == 0
+	})
+	t.Logf("the revoked agent's stream on imsd-%d ended %s after the revocation through imsd-%d", on+1, time.Since(revoked).Round(time.Millisecond), 2-on)
+	cluster.Eventually(t, 10*time.Second, "the agent to stop, refused", func() bool {
+		return strings.Contains(w.agents[0].proc.Output(), "imsd refused this agent's identity")
+	})
+	// It stays gone: no replica serves it again.
+	time.Sleep(2 * heartbeat)
+	if a, b := w.agentsOn(on), w.agentsOn(1-on); a+b != 0 {
+		t.Fatalf("the revoked agent has streams again: %d on imsd-%d, %d on imsd-%d", a, on+1, b, 2-on)
+	}
+}

@@ -49,6 +49,10 @@ func (s *Service) RevokeSelf(ctx context.Context, req *connect.Request[agentv1.R
 		return nil, s.err(ctx, err)
 	}
 	s.hub.Kick(a.ID)
+	if err := s.store.NotifyKick(ctx, a.ID); err != nil {
+		// The replica holding its stream ends it within a lease.
+		s.log.WarnContext(ctx, "pass a revocation to the other replicas", "agent", a.ID, "err", err)
+	}
 	s.hub.FleetChanged()
 	s.log.WarnContext(ctx, "agent revoked by the customer", "agent", a.ID, "install", a.InstallID, "by", m.By, "reason", m.Reason)
 	return connect.NewResponse(&agentv1.RevokeSelfResponse{}), nil

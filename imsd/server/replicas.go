@@ -26,10 +26,15 @@ func (s *Server) forwardCancels() {
 }
 
 // listenCancels delivers the cancellations other replicas pass on to the
-// agents connected here, until ctx ends.
+// agents connected here, and ends the streams here of agents revoked
+// through another replica, until ctx ends.
 func (s *Server) listenCancels(ctx context.Context) {
 	err := s.store.ListenCancels(ctx, func(agentID, jobID, reason string) {
 		s.hub.CancelHere(agentID, dispatch.CancelRequest{JobID: jobID, Reason: reason})
+	}, func(agentID string) {
+		if s.hub.Kick(agentID) {
+			s.log.Warn("revoked agent's stream ended (revoked through another replica)", "agent", agentID)
+		}
 	})
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("listen for cancellations", "err", err)

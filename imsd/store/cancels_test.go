@@ -29,9 +29,11 @@ func TestCancelsReachOtherReplicas(t *testing.T) {
 	}
 	defer b.Close()
 	got := make(chan [3]string, 4)
+	kicked := make(chan string, 4)
 	done := make(chan error, 1)
 	go func() {
-		done <- b.ListenCancels(ctx, func(agent, job, reason string) { got <- [3]string{agent, job, reason} })
+		done <- b.ListenCancels(ctx, func(agent, job, reason string) { got <- [3]string{agent, job, reason} },
+			func(agent string) { kicked <- agent })
 	}()
 	long := strings.Repeat("r", 2000)
 	// LISTEN starts on its own connection: send until one arrives.
@@ -52,6 +54,20 @@ func TestCancelsReachOtherReplicas(t *testing.T) {
 	if want := long[:1024] + "…"; first[0] != "agt_1" || first[1] != "job_1" || first[2] != want {
 		t.Fatalf("got agent %q, job %q, a reason of %d bytes; want agt_1, job_1, 1024 bytes and an ellipsis", first[0], first[1], len(first[2]))
 	}
+	// A revoked agent's stream is to end wherever it is held.
+	if err := a.NotifyKick(ctx, "agt_2"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case k := <-kicked:
+		if k != "agt_2" {
+			t.Fatalf("kicked %q, want agt_2", k)
+		}
+	case c := <-got:
+		t.Fatalf("a kick arrived as a cancellation: %q", c)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no kick arrived within 10s")
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("ListenCancels after its context ended: %v", err)
@@ -65,7 +81,11 @@ func TestCancelsReachOtherReplicas(t *testing.T) {
 	if err := s.NotifyCancel(context.Background(), "agt_1", "job_1", "x"); err != nil {
 		t.Fatalf("NotifyCancel on SQLite: %v", err)
 	}
-	if err := s.ListenCancels(context.Background(), func(string, string, string) { t.Error("a cancellation on SQLite") }); err != nil {
+	if err := s.NotifyKick(context.Background(), "agt_1"); err != nil {
+		t.Fatalf("NotifyKick on SQLite: %v", err)
+	}
+	if err := s.ListenCancels(context.Background(), func(string, string, string) { t.Error("a cancellation on SQLite") },
+		func(string) { t.Error("a kick on SQLite") }); err != nil {
 		t.Fatalf("ListenCancels on SQLite: %v", err)
 	}
 }
