@@ -208,6 +208,7 @@ func (s *Service) openCounted(ctx context.Context, st Stream) (_ *conn, err erro
 	if err := s.checkInstance(ctx, agent, hello); err != nil {
 		return nil, err
 	}
+	s.helloElsewhere(ctx, agent.ID, hello)
 
 	c = &conn{
 		svc:      s,

@@ -32,8 +32,11 @@ func TestCancelsReachOtherReplicas(t *testing.T) {
 	kicked := make(chan string, 4)
 	done := make(chan error, 1)
 	go func() {
-		done <- b.ListenCancels(ctx, func(agent, job, reason string) { got <- [3]string{agent, job, reason} },
-			func(agent string) { kicked <- agent })
+		done <- b.ListenCancels(ctx, store.ReplicaNotes{
+			Cancel: func(agent, job, reason string) { got <- [3]string{agent, job, reason} },
+			Kick:   func(agent string) { kicked <- agent },
+			Hello:  func(agent, instance, host string) { got <- [3]string{agent, instance, host} },
+		})
 	}()
 	long := strings.Repeat("r", 2000)
 	// LISTEN starts on its own connection: send until one arrives.
@@ -68,6 +71,22 @@ func TestCancelsReachOtherReplicas(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no kick arrived within 10s")
 	}
+	// A hello on another replica: which process, on which host (a
+	// replica's own is not delivered to it).
+	if err := b.NotifyHello(ctx, "agt_own", "inst-0", "host-b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.NotifyHello(ctx, "agt_3", "inst-1", "host-b"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case h := <-got:
+		if h != [3]string{"agt_3", "inst-1", "host-b"} {
+			t.Fatalf("hello = %q, want agt_3 inst-1 host-b", h)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no hello arrived within 10s")
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("ListenCancels after its context ended: %v", err)
@@ -84,8 +103,7 @@ func TestCancelsReachOtherReplicas(t *testing.T) {
 	if err := s.NotifyKick(context.Background(), "agt_1"); err != nil {
 		t.Fatalf("NotifyKick on SQLite: %v", err)
 	}
-	if err := s.ListenCancels(context.Background(), func(string, string, string) { t.Error("a cancellation on SQLite") },
-		func(string) { t.Error("a kick on SQLite") }); err != nil {
+	if err := s.ListenCancels(context.Background(), store.ReplicaNotes{}); err != nil {
 		t.Fatalf("ListenCancels on SQLite: %v", err)
 	}
 }
