@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/byoc-dev/byoc/internal/atomicfile"
@@ -370,6 +371,21 @@ func Revoke(dir string, r Revocation) error {
 	for _, f := range []string{RotationFileName, PendingFileName} {
 		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("erase %s: %w", f, err)
+		}
+	}
+	// A write of any of them cut short by a crash left its whole new
+	// content, key and all, in atomicfile's temporary file.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		for _, f := range []string{FileName, RotationFileName, PendingFileName} {
+			if strings.HasPrefix(e.Name(), "."+f+".tmp-") {
+				if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("erase %s: %w", e.Name(), err)
+				}
+			}
 		}
 	}
 	return nil
