@@ -324,6 +324,47 @@ type Revocation struct {
 	// IMSDTold says whether imsd acknowledged it (the vendor then sees
 	// the agent as revoked, not offline).
 	IMSDTold bool `json:"imsd_told"`
+	// Call is, while imsd has not acknowledged it, the revocation call
+	// signed with the agent's key before the key was erased, for
+	// agentd identity revoke to send again: it can only revoke this
+	// agent, so it is no secret.
+	Call *RevokeCall `json:"imsd_call,omitempty"`
+}
+
+// RevokeCall is a signed RevokeSelf call: its time and signature (its
+// agent, by and reason are the identity's and the revocation's).
+type RevokeCall struct {
+	Time      time.Time `json:"time"`
+	Signature []byte    `json:"signature"`
+}
+
+// MarkIMSDTold records in dir that imsd acknowledged the revocation, and
+// drops the signed call kept for it.
+func MarkIMSDTold(dir string) error {
+	r, err := Revoked(dir)
+	if err != nil || r == nil {
+		return err
+	}
+	r.IMSDTold, r.Call = true, nil
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(dir, RevokedFileName), append(b, '\n'), 0o600)
+}
+
+// LoadErased reads the identity of a revoked agent, whose key is erased:
+// its id, install and imsd's URL.
+func LoadErased(dir string) (Identity, error) {
+	b, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		return Identity{}, err
+	}
+	var id Identity
+	if err := json.Unmarshal(b, &id); err != nil {
+		return Identity{}, fmt.Errorf("%s: %w", filepath.Join(dir, FileName), err)
+	}
+	return id, nil
 }
 
 // ErrRevoked is returned by Load for an agent its customer revoked.
