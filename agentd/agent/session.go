@@ -196,7 +196,16 @@ func (a *Agent) session(ctx context.Context) error {
 			return errReconnect
 		case m := <-a.shellOut:
 			if err := sst.Send(m); err != nil {
+				if m.GetShell().GetEnded() != nil {
+					select {
+					case a.shellOut <- m: // for the next stream
+					default:
+					}
+				}
 				return err
+			}
+			if e := m.GetShell().GetEnded(); e != nil && !e.Refused {
+				a.shellEndSent(m.GetShell().SessionId)
 			}
 		case <-a.permKick:
 			// The customer changed their permissions: tell imsd now.

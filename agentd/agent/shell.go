@@ -548,7 +548,10 @@ func (a *Agent) sendRecording(id, sum string) {
 // session ended, and the journal gets the session.ended record agentd
 // session play checks the recording against from then on. A session
 // whose agent process still runs (another agentd on this state dir) is
-// left alone.
+// left alone. The end of each of these, and of every session that
+// ended before its end reached imsd (the stream was gone, then the
+// agent stopped), goes out on the first stream: imsd's audit has the
+// session's start and records its end once.
 func (a *Agent) closeAbandonedSessions() {
 	dir := sessionrec.Dir(a.cfg.StateDir)
 	ms, err := sessionrec.List(dir)
@@ -557,26 +560,52 @@ func (a *Agent) closeAbandonedSessions() {
 		return
 	}
 	for _, m := range ms {
-		if !m.Ended.IsZero() || (m.PID != 0 && m.PID != os.Getpid() && syscall.Kill(m.PID, 0) != syscall.ESRCH) {
+		if m.Ended.IsZero() && m.PID != 0 && m.PID != os.Getpid() && syscall.Kill(m.PID, 0) != syscall.ESRCH {
 			continue
 		}
-		var sum string
-		var size int64
-		if b, err := os.ReadFile(sessionrec.CastPath(dir, m.ID)); err == nil {
-			h := sha256.Sum256(b)
-			sum, size = hex.EncodeToString(h[:]), int64(len(b))
+		if m.Ended.IsZero() {
+			var sum string
+			var size int64
+			if b, err := os.ReadFile(sessionrec.CastPath(dir, m.ID)); err == nil {
+				h := sha256.Sum256(b)
+				sum, size = hex.EncodeToString(h[:]), int64(len(b))
+			}
+			m.Ended, m.ExitCode, m.SHA256, m.Size = a.now().UTC(), -1, sum, size
+			m.Reason = fmt.Sprintf("ended: the agent (pid %d) stopped during the session, which ended with it; the recording holds what was written until then", m.PID)
+			m.PID = 0
+			if err := sessionrec.WriteMeta(dir, m); err != nil {
+				a.log.Warn("write a support session's summary", "session", m.ID, "err", err)
+				continue
+			}
+			os.Remove(sessionrec.KillPath(dir, m.ID))
+			a.note("session.ended", "session:"+m.ID, map[string]string{"operator": m.Operator, "grant": m.Grant, "reason": m.Reason,
+				"exit_code": "-1", "recording_sha256": sum, "recording_bytes": itoa(size)})
+			a.log.Warn("support session left running by a stopped agent, ended", "session", m.ID, "recording_sha256", sum)
 		}
-		m.Ended, m.ExitCode, m.SHA256, m.Size = a.now().UTC(), -1, sum, size
-		m.Reason = fmt.Sprintf("ended: the agent (pid %d) stopped during the session, which ended with it; the recording holds what was written until then", m.PID)
-		m.PID = 0
-		if err := sessionrec.WriteMeta(dir, m); err != nil {
-			a.log.Warn("write a support session's summary", "session", m.ID, "err", err)
+		if m.Reported {
 			continue
 		}
-		os.Remove(sessionrec.KillPath(dir, m.ID))
-		a.note("session.ended", "session:"+m.ID, map[string]string{"operator": m.Operator, "grant": m.Grant, "reason": m.Reason,
-			"exit_code": "-1", "recording_sha256": sum, "recording_bytes": itoa(size)})
-		a.log.Warn("support session left running by a stopped agent, ended", "session", m.ID, "recording_sha256", sum)
+		select {
+		case a.shellOut <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Shell{Shell: &agentv1.ShellEvent{SessionId: m.ID,
+			Ended: &agentv1.ShellEnded{Reason: m.Reason, ExitCode: int32(m.ExitCode), RecordingSha256: m.SHA256, RecordingBytes: m.Size,
+				OutputBytes: m.OutputBytes, InputBytes: m.InputBytes}}}}:
+		default:
+			// Reported at a later start.
+		}
+	}
+}
+
+// shellEndSent notes in session id's summary that its end went out to
+// imsd (Meta.Reported).
+func (a *Agent) shellEndSent(id string) {
+	dir := sessionrec.Dir(a.cfg.StateDir)
+	m, err := sessionrec.ReadMeta(dir, id)
+	if err != nil || m.Ended.IsZero() || m.Reported {
+		return
+	}
+	m.Reported = true
+	if err := sessionrec.WriteMeta(dir, m); err != nil {
+		a.log.Warn("write a support session's summary", "session", id, "err", err)
 	}
 }
 

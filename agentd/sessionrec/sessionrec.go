@@ -204,6 +204,10 @@ type Meta struct {
 	Size   int64  `json:"size,omitempty"`
 	// PID is the agent's process id while the session runs.
 	PID int `json:"pid,omitempty"`
+	// Reported is set once the session's end went out to imsd, whose
+	// audit records it; an ended session not yet reported is reported
+	// when the agent starts.
+	Reported bool `json:"reported,omitempty"`
 }
 
 // WriteMeta writes m as dir/ID.json, atomically (0600).

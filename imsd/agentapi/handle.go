@@ -194,14 +194,17 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		return c.takeTelemetry(msg.Telemetry, now)
 	case *agentv1.ConnectRequest_Shell:
 		// A support shell's event, for the operator's call that opened
-		// it (operatorapi.SupportShell); one nobody waits for is dropped.
+		// it (operatorapi.SupportShell); one nobody waits for is dropped,
+		// but for a session's end, audited if no one did (lateShellEnd).
 		if len(msg.Shell.Output) > agentproto.MaxShellData {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("shell.output: %d bytes, at most %d", len(msg.Shell.Output), agentproto.MaxShellData))
 		}
 		if len(msg.Shell.Recording) > 0 || msg.Shell.RecordingLast {
 			return c.recordingPiece(ctx, msg.Shell)
 		}
-		s.hub.ShellEvent(c.agent.ID, msg.Shell.SessionId, msg.Shell)
+		if !s.hub.ShellEvent(c.agent.ID, msg.Shell.SessionId, msg.Shell) && msg.Shell.Ended != nil && !msg.Shell.Ended.Refused {
+			c.lateShellEnd(ctx, msg.Shell)
+		}
 		return nil
 	case *agentv1.ConnectRequest_Hello:
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: sent twice on one stream"))

@@ -237,11 +237,11 @@ func (a *Authenticator) WrapStreamingClient(next connect.StreamingClientFunc) co
 
 // recheckFrom returns the function that checks a stream's caller again
 // (nil for a call that did not come through the Authenticator), as
-// stillAllowed does: an API token looked up again (revoked, expired),
-// and the procedure's rule applied again to the stream's first message
-// (grants and labels as they stand). A single sign-on ID token is
-// verified when the stream opens only: imsd cannot revoke one, and the
-// token in the stream's header is not refreshed.
+// stillAllowed does: an API token looked up again (revoked, expired), a
+// single sign-on ID token's expiry (imsd cannot revoke one, and the
+// token in the stream's header is not refreshed), and the procedure's
+// rule applied again to the stream's first message (grants and labels
+// as they stand).
 func recheckFrom(ctx context.Context) func(ctx context.Context, msg proto.Message) error {
 	if ctx.Value(streamCheckKey{}) == nil {
 		return nil
@@ -295,12 +295,10 @@ func stillAllowed(ctx context.Context) error {
 
 // recheck applies again what allowed a stream to open, as things stand
 // now: an API token must still be valid (a revoked or expired one ends
-// the stream: unauthenticated), and the procedure's rule must still
-// allow the stream's first message (an install relabelled out of a
-// selector grant ends it: permission_denied, recorded as a refusal). A
-// single sign-on ID token is verified when the stream opens only: the
-// grants it carries are fixed, and a stream outliving it (byoc
-// refreshes it before it expires) is not cut.
+// the stream: unauthenticated), a single sign-on ID token must not have
+// expired (ssoExpired), and the procedure's rule must still allow the
+// stream's first message (an install relabelled out of a selector grant
+// ends it: permission_denied, recorded as a refusal).
 func (a *Authenticator) recheck(ctx context.Context, procedure, header string, cc *checkedConn) error {
 	p := callerFrom(ctx)
 	if p.Kind == "token" {
@@ -308,10 +306,27 @@ func (a *Authenticator) recheck(ctx context.Context, procedure, header string, c
 			return err
 		}
 	}
+	if err := a.ssoExpired(p); err != nil {
+		return err
+	}
 	if cc.first == nil {
 		return nil
 	}
 	return a.checkRule(ctx, p, procedure, cc.first)
+}
+
+// ssoExpired ends a stream opened with a single sign-on ID token once
+// that token expires. The token was verified when the stream opened,
+// and a stream's header is never replaced: byoc refreshes its session
+// for the calls it makes next, never for a stream already open, so
+// without this a stream (a support session above all) would outlive the
+// sign-in that opened it by as long as it lasts.
+func (a *Authenticator) ssoExpired(p access.Principal) error {
+	if p.Kind != "user" || p.Expires.IsZero() || a.now().Before(p.Expires) {
+		return nil
+	}
+	return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("single sign-on: the ID token this stream was opened with expired at %s; run the command again (byoc refreshes the session) or byoc login",
+		p.Expires.UTC().Format(time.RFC3339)))
 }
 
 // checkedConn applies the procedure's rule to each received message.

@@ -227,6 +227,9 @@ func (s *Service) uploadResults(ctx context.Context, st *connect.ClientStream[im
 				return nil, refuse("the upload broke after part %d of %d", i, n)
 			}
 		}
+		if err := uploadStillAllowed(ctx); err != nil {
+			return nil, err
+		}
 		m := st.Msg()
 		if m.Part != int32(i+1) {
 			if m.Part > int32(i+1) {
@@ -272,7 +275,24 @@ func (s *Service) uploadResults(ctx context.Context, st *connect.ClientStream[im
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
+	if err := uploadStillAllowed(ctx); err != nil {
+		return nil, err
+	}
 	return s.importResults(ctx, h.install, f, sum)
+}
+
+// uploadStillAllowed checks the caller of an upload again, as each part
+// comes and before anything is recorded (stillAllowed: the rule checked
+// the first message only, and an upload may last an hour): a token
+// revoked or expired mid-upload, a single sign-on ID token expired, or
+// a grant that no longer covers the install stops it, nothing recorded.
+func uploadStillAllowed(ctx context.Context) error {
+	err := stillAllowed(ctx)
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return connect.NewError(ce.Code(), fmt.Errorf("results upload refused, nothing was recorded: %s", ce.Message()))
+	}
+	return err
 }
 
 // unlinkedFile is a temporary file removed from its directory as soon

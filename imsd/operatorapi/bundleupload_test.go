@@ -19,6 +19,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/access"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -28,8 +29,24 @@ import (
 // picks HTTP/1.1, else unencrypted HTTP/2.
 func uploadClient(t *testing.T, s *Service, http1 bool) imsv1connect.OperatorServiceClient {
 	t.Helper()
-	_, h := imsv1connect.NewOperatorServiceHandler(s, connect.WithReadMaxBytes(callLimit))
+	return uploadClientAuth(t, s, http1, nil, "")
+}
+
+// uploadClientAuth is uploadClient with its calls through authn,
+// presenting bearer (authn nil: the caller is ops, no check).
+func uploadClientAuth(t *testing.T, s *Service, http1 bool, authn *Authenticator, bearer string) imsv1connect.OperatorServiceClient {
+	t.Helper()
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(callLimit)}
+	if authn != nil {
+		opts = append(opts, connect.WithInterceptors(authn))
+	}
+	_, h := imsv1connect.NewOperatorServiceHandler(s, opts...)
 	srv := httptest.NewUnstartedServer(ReadDeadlines(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if authn != nil {
+			r.Header.Set("Authorization", "Bearer "+bearer)
+			h.ServeHTTP(w, r)
+			return
+		}
 		p := access.Principal{Kind: "token", ID: "tok-1", Name: "ops", Grants: []access.Grant{{Role: access.Admin}}}
 		h.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), p)))
 	})))
@@ -239,6 +256,47 @@ func TestUploadResultsRefused(t *testing.T) {
 	// And the file itself imports.
 	if out, err := send(c, append([]*imsv1.UploadBundleResultsRequest{head}, parts...)...); err != nil || out.AlreadyImported {
 		t.Fatalf("the file after the refusals: %v, %v", out, err)
+	}
+}
+
+// An upload whose token is revoked mid-upload stops at its next part,
+// the caller told why, and records nothing: the rule checked only the
+// first message, and an upload may last an hour.
+func TestUploadResultsStopsWhenItsTokenIsRevoked(t *testing.T) {
+	ctx := context.Background()
+	s, st, key, t0 := bundleService(t)
+	ag, agentKey := resultsAgent(t, s, st, t0)
+	a := auth.NewSortableID("bdl_", t0)
+	file := resultsFilesWith(t, key, ag.ID, agentKey, t0, journalShape{pad: map[string]int{a: 20}, padBytes: 64 << 10}, a)[a]
+	const secret = auth.APITokenPrefix + "uploader-secret"
+	if err := st.CreateAPIToken(ctx, store.APIToken{ID: "tok-up", Name: "uploader", Role: store.RoleOperator, CreatedAt: t0, CreatedBy: "test"}, auth.Hash(secret)); err != nil {
+		t.Fatal(err)
+	}
+	authn := NewAuthenticator(st, time.Now, nil, nil)
+	c := uploadClientAuth(t, s, false, authn, secret)
+	head, parts := uploadOf(file, 256<<10)
+	up := c.UploadBundleResults(ctx)
+	for _, m := range append([]*imsv1.UploadBundleResultsRequest{head}, parts[:2]...) {
+		if err := up.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUploads(t, s, 1)
+	if _, err := st.RevokeAPIToken(ctx, "uploader", "test", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	authn.Forget()
+	for _, m := range parts[2:] {
+		if up.Send(m) != nil {
+			break
+		}
+	}
+	_, err := up.CloseAndReceive()
+	if connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), "nothing was recorded") || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("upload after its token's revocation: %v", err)
+	}
+	if _, _, err := st.GetWorkflow(ctx, "wf_"+strings.TrimPrefix(a, "bdl_")); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("the upload left a workflow: %v", err)
 	}
 }
 

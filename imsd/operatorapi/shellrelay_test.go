@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +37,12 @@ type relayEnv struct {
 	client imsv1connect.OperatorServiceClient
 }
 
-func newRelayEnv(t *testing.T) *relayEnv {
+func newRelayEnv(t *testing.T) *relayEnv { return newRelayEnvAuth(t, nil, "") }
+
+// newRelayEnvAuth is newRelayEnv with its calls through the
+// Authenticator newAuth makes over the store (nil: the caller is an
+// admin token, no check), presenting bearer.
+func newRelayEnvAuth(t *testing.T, newAuth func(*store.Store) *Authenticator, bearer string) *relayEnv {
 	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "imsd.db"))
@@ -60,8 +67,19 @@ func newRelayEnv(t *testing.T) *relayEnv {
 	}})
 	t.Cleanup(func() { e.hub.Unregister(sess) })
 	svc := New(st, e.hub, Config{}, time.Now, slog.New(slog.DiscardHandler))
-	_, h := imsv1connect.NewOperatorServiceHandler(svc)
+	var opts []connect.HandlerOption
+	var authn *Authenticator
+	if newAuth != nil {
+		authn = newAuth(st)
+		opts = append(opts, connect.WithInterceptors(authn))
+	}
+	_, h := imsv1connect.NewOperatorServiceHandler(svc, opts...)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if authn != nil {
+			r.Header.Set("Authorization", "Bearer "+bearer)
+			h.ServeHTTP(w, r)
+			return
+		}
 		p := access.Principal{Kind: "token", ID: "tok-1", Name: "ops", Grants: []access.Grant{{Role: access.Admin}}}
 		h.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), p)))
 	}))
@@ -150,6 +168,72 @@ func TestSupportShellRelayAgentEvents(t *testing.T) {
 	}
 	if kinds["support.session.started"] != 1 || kinds["support.session.ended"] != 1 {
 		t.Fatalf("audit: %v", kinds)
+	}
+}
+
+// fakeSSO verifies any ID token as ann's, with support on every
+// install, until expires (by now).
+type fakeSSO struct {
+	now     func() time.Time
+	expires time.Time
+}
+
+func (f fakeSSO) Principal(_ context.Context, _ string) (access.Principal, error) {
+	if !f.now().Before(f.expires) {
+		return access.Principal{}, errors.New("the session expired")
+	}
+	return access.Principal{Kind: "user", ID: "ann", Name: "ann@example.com", Expires: f.expires,
+		Grants: []access.Grant{{Role: access.Support, Source: "group support"}}}, nil
+}
+
+// A session opened with a single sign-on ID token ends when that token
+// expires, as one opened with an API token ends at its revocation: the
+// operator is told why, nothing more reaches the shell, and imsd asks
+// the agent to close it. Before the expiry it runs on.
+func TestSupportShellEndsWhenItsIDTokenExpires(t *testing.T) {
+	var clock atomic.Int64
+	t0 := time.Now()
+	clock.Store(t0.UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	e := newRelayEnvAuth(t, func(st *store.Store) *Authenticator {
+		return NewAuthenticator(st, now, fakeSSO{now: now, expires: t0.Add(time.Hour)}, nil)
+	}, "aaa.bbb.ccc")
+	st, id := e.open(t)
+	e.event(t, "agt-acme", &agentv1.ShellEvent{SessionId: id, Opened: &agentv1.ShellOpened{GrantId: "bg_1"}})
+	if m, err := st.Receive(); err != nil || m.Started == nil {
+		t.Fatalf("first message: %v %v", m, err)
+	}
+	// Rechecked every second: still allowed a while before the expiry.
+	time.Sleep(1500 * time.Millisecond)
+	select {
+	case m := <-e.pushed:
+		t.Fatalf("imsd pushed %v before the ID token expired", m)
+	default:
+	}
+	clock.Store(t0.Add(time.Hour).UnixNano())
+	got := make(chan string, 1)
+	go func() {
+		m, err := st.Receive()
+		got <- fmt.Sprint(m.GetEnded().GetReason(), err)
+	}()
+	select {
+	case r := <-got:
+		if !strings.Contains(r, "ID token this stream was opened with expired") {
+			t.Fatalf("after the ID token's expiry: %s", r)
+		}
+	case <-time.After(5 * time.Second):
+		// The operator leaves, so that the call ends and the server closes.
+		st.CloseRequest()
+		st.CloseResponse()
+		t.Fatal("the session outlived its ID token by 5s")
+	}
+	select {
+	case m := <-e.pushed:
+		if !m.GetShellInput().GetClose() {
+			t.Fatalf("imsd pushed %v, want a close", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("imsd did not ask the agent to close the session")
 	}
 }
 

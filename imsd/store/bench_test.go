@@ -127,3 +127,53 @@ func benchClaimFinishParallel(b *testing.B, dsn string) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }
+
+// BenchmarkAppendLogs measures a job's log batches (100 lines of 80
+// bytes, as an agent sends a busy job's output) under the cap, which
+// counts them on the job's row in the same transaction.
+func BenchmarkAppendLogs(b *testing.B) {
+	b.Run("sqlite", func(b *testing.B) {
+		benchAppendLogs(b, filepath.Join(b.TempDir(), "bench.db"))
+	})
+	b.Run("postgres", func(b *testing.B) {
+		benchAppendLogs(b, pgtest.Start(b))
+	})
+}
+
+func benchAppendLogs(b *testing.B, dsn string) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	s.SetLogLimits(store.LogLimits{Lines: 1 << 40, Bytes: 1 << 50})
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(s.CreateApp(ctx, store.App{ID: "app", Name: "app", CreatedAt: t0}))
+	must(s.CreateInstall(ctx, store.Install{ID: "inst", AppID: "app", Name: "inst", CreatedAt: t0},
+		store.EnrollmentToken{Hash: "h", ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}))
+	_, err = s.Enroll(ctx, "h", store.Agent{ID: "ag", PublicKey: []byte("k")}, t0)
+	must(err)
+	must(s.EnqueueJob(ctx, store.Job{ID: "job", InstallID: "inst", ComponentType: "t", Operation: "apply",
+		MaxAttempts: 3, Timeout: time.Hour, CreatedAt: t0}))
+	jobs, err := s.ClaimJobs(ctx, "inst", store.Writer{AgentID: "ag"}, 1, t0.Add(time.Hour), t0)
+	must(err)
+	w := store.Writer{AgentID: "ag", FencingToken: jobs[0].FencingToken}
+	const per = 100
+	text := fmt.Sprintf("%080d", 0)
+	seq := int64(0)
+	batch := make([]store.LogLine, per)
+	for b.Loop() {
+		for i := range batch {
+			seq++
+			batch[i] = store.LogLine{Seq: seq, Time: t0, Stream: 1, Text: text}
+		}
+		must(s.AppendLogs(ctx, "job", w, batch))
+	}
+	b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "lines/s")
+}

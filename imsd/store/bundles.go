@@ -54,9 +54,10 @@ func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name
 	attempt := 1
 	if rerun {
 		// The refused attempt's row and logs stay as they were;
-		// the re-run is attempt 2.
+		// the re-run is attempt 2, whose lines the log retention
+		// prunes in their turn.
 		attempt = 2
-		res, err := tx.ExecContext(ctx, s.bind(`UPDATE jobs SET state = 'queued', agent_id = '', config = ? WHERE id = ? AND state = 'refused'`), config, j.ID)
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE jobs SET state = 'queued', agent_id = '', config = ?, logs_pruned_at = 0 WHERE id = ? AND state = 'refused'`), config, j.ID)
 		if err != nil {
 			return err
 		}
@@ -80,7 +81,7 @@ func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name
 	if err != nil {
 		return err
 	}
-	if err := s.insertLogs(ctx, tx, j.ID, attempt, logs); err != nil {
+	if _, err := s.insertLogs(ctx, tx, j.ID, attempt, logs); err != nil {
 		return err
 	}
 	return s.finished(ctx, tx, j.ID, Writer{AgentID: agentID, FencingToken: int64(attempt)}, r, "", install, typ, op, release, ended)

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -19,14 +18,17 @@ const logChunk = 500
 // AppendLogs stores log lines of job jobID written by w, under the job's
 // current attempt (the lines' Attempt fields are ignored). A line whose
 // (attempt, seq) is already stored is skipped, so resending a batch after
-// a reconnect is harmless.
+// a reconnect is harmless. Past the job's log cap (SetLogLimits) lines are
+// dropped, counted on one marker line, and AppendLogs still succeeds.
 func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []LogLine) error {
 	for i, l := range lines {
 		if l.Stream < 1 || l.Stream > 3 {
 			return errs.Field(fmt.Sprintf("lines[%d].stream", i), "must be 1 (stdout), 2 (stderr) or 3 (system), got %d", l.Stream)
 		}
 	}
-	return s.write(ctx, "append logs", func(tx *txn) error {
+	var dropped int64
+	err := s.write(ctx, "append logs", func(tx *txn) error {
+		dropped = 0
 		attempt, err := s.heldAttempt(ctx, tx, jobID, w)
 		if err != nil {
 			return err
@@ -34,16 +36,27 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 		if len(lines) == 0 {
 			return nil
 		}
-		if err := s.insertLogs(ctx, tx, jobID, attempt, lines); err != nil {
+		if dropped, err = s.insertLogs(ctx, tx, jobID, attempt, lines); err != nil {
 			return err
 		}
 		return s.notifyLogs(ctx, tx, jobID)
 	})
+	if err == nil {
+		s.logDropped.Add(dropped)
+	}
+	return err
 }
 
-// insertLogs inserts lines of job jobID's attempt, skipping those stored.
-func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine) error {
-	for c := range slices.Chunk(lines, logChunk) {
+// insertLogRows inserts lines of job jobID's attempt, skipping those
+// stored, and returns how many it inserted and, when returning is set,
+// their seqs. texts are the lines' texts, cleaned.
+func (s *Store) insertLogRows(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine, texts []string, returning bool) (int64, []int64, error) {
+	var (
+		n        int64
+		inserted []int64
+	)
+	for start := 0; start < len(lines); start += logChunk {
+		c := lines[start:min(start+logChunk, len(lines))]
 		args := make([]any, 0, 6*len(c))
 		var b strings.Builder
 		b.WriteString(`INSERT INTO job_logs (job_id, attempt, seq, at, stream, text) VALUES `)
@@ -52,14 +65,44 @@ func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt i
 				b.WriteString(`, `)
 			}
 			b.WriteString(`(?, ?, ?, ?, ?, ?)`)
-			args = append(args, jobID, attempt, l.Seq, nanos(l.Time), l.Stream, cleanText(l.Text))
+			args = append(args, jobID, attempt, l.Seq, nanos(l.Time), l.Stream, texts[start+i])
 		}
 		b.WriteString(` ON CONFLICT DO NOTHING`)
-		if _, err := tx.ExecContext(ctx, s.bind(b.String()), args...); err != nil {
-			return err
+		if !returning {
+			r, err := tx.ExecContext(ctx, s.bind(b.String()), args...)
+			if err != nil {
+				return 0, nil, err
+			}
+			k, err := r.RowsAffected()
+			if err != nil {
+				return 0, nil, err
+			}
+			n += k
+			continue
 		}
+		// RETURNING tells the lines stored now from those sent again,
+		// which the cap must not count twice.
+		b.WriteString(` RETURNING seq`)
+		rows, err := tx.QueryContext(ctx, s.bind(b.String()), args...)
+		if err != nil {
+			return 0, nil, err
+		}
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				rows.Close()
+				return 0, nil, err
+			}
+			inserted = append(inserted, seq)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return 0, nil, err
+		}
+		n += int64(len(inserted))
 	}
-	return nil
+	return n, inserted, nil
 }
 
 // heldAttempt returns the attempt of job jobID if w holds its lease, and

@@ -15,7 +15,8 @@ import (
 // (100,000 jobs, almost all succeeded, as a vendor's database is after a
 // while), so that narrowing or dropping an index (migration 32 made
 // jobs_state_lease a partial index of the jobs that have not succeeded;
-// migration 36 indexes phase instead of state) cannot turn one of them
+// migration 36 indexes phase instead of state; migration 37 adds the
+// log pruner's) cannot turn one of them
 // into a scan of every job. The queries are the shapes the store sends
 // on PostgreSQL (the phase conditions are Store.phaseIs), with literal
 // values.
@@ -75,6 +76,9 @@ func TestPostgresJobPlans(t *testing.T) {
 		{"listing of failed jobs (ListJobs)", `SELECT id FROM jobs WHERE phase IN ('failed') AND state IN ('failed') ORDER BY created_at DESC, id DESC LIMIT 51`, "jobs_phase"},
 		{"listing of running jobs (ListJobs)", `SELECT id FROM jobs WHERE phase IN ('held') AND state IN ('running', 'assigned') ORDER BY created_at DESC, id DESC LIMIT 51`, "jobs_phase"},
 		{"listing of succeeded jobs (ListJobs)", `SELECT id FROM jobs WHERE phase IN ('succeeded') AND state IN ('succeeded') ORDER BY created_at DESC, id DESC LIMIT 51`, ""},
+		{"log pruner (PruneLogs)", `SELECT id, attempt FROM jobs
+			WHERE logs_pruned_at = 0 AND ended_at > 0 AND ended_at < 50000 AND state IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'refused')
+			ORDER BY ended_at LIMIT 1 FOR UPDATE SKIP LOCKED`, "jobs_logs_unpruned"},
 		{"busy drift check (FireDriftCheck)", `SELECT COUNT(*) FROM jobs WHERE install_id = 'i7' AND component = 'c' AND operation = 'drift'
 			AND phase IN ('queued', 'held') AND state IN ('queued', 'assigned', 'running')`, ""},
 	} {

@@ -103,3 +103,52 @@ func (s *Store) SessionRecordingKeptSHA256(ctx context.Context, installID, id st
 	}
 	return m["recording_sha256"], nil
 }
+
+// SupportSession is a support session imsd audited as started: opened
+// through agent AgentID's stream, on install InstallID.
+type SupportSession struct {
+	ID, InstallID, AgentID string
+	StartedAt              time.Time
+}
+
+// StartSupportSession records session ss as started, with ev (its
+// support.session.started record), in one transaction.
+func (s *Store) StartSupportSession(ctx context.Context, ss SupportSession, ev AuditEvent) error {
+	return s.write(ctx, "start support session", func(tx *txn) error {
+		if _, err := tx.ExecContext(ctx, s.bind(`INSERT INTO support_sessions (id, install_id, agent_id, started_at) VALUES (?, ?, ?, ?)`),
+			ss.ID, ss.InstallID, ss.AgentID, nanos(ss.StartedAt)); err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, ev)
+	})
+}
+
+// EndSupportSession records the end of session id, started on install
+// ev.Chain, with ev (its support.session.ended record), unless its end
+// is recorded already: whoever comes first of the call that relayed it
+// and the agent reporting it later writes the one end record. agentID,
+// when not empty, must be the agent the session was opened on (an
+// agent reports only its own sessions' ends). It reports whether ev was
+// written.
+func (s *Store) EndSupportSession(ctx context.Context, id, agentID string, ev AuditEvent) (bool, error) {
+	var ended bool
+	err := s.write(ctx, "end support session", func(tx *txn) error {
+		ended = false
+		q := `UPDATE support_sessions SET ended_at = ? WHERE id = ? AND install_id = ? AND ended_at = 0`
+		args := []any{max(nanos(ev.At), 1), id, ev.Chain}
+		if agentID != "" {
+			q += ` AND agent_id = ?`
+			args = append(args, agentID)
+		}
+		res, err := tx.ExecContext(ctx, s.bind(q), args...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		ended = true
+		return s.Audit(ctx, tx, ev)
+	})
+	return ended && err == nil, err
+}

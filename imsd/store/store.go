@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,6 +81,10 @@ type Store struct {
 	// agentInstalls caches each agent's install, by agent id: an agent
 	// is bound to one install at enrolment and never moved or deleted.
 	agentInstalls idCache
+	// logLimits caps each job's stored log (SetLogLimits; logcap.go);
+	// logDropped counts the lines this store dropped past it.
+	logLimits  LogLimits
+	logDropped atomic.Int64
 }
 
 // Open opens the database named by dsn and applies pending migrations.

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,6 +151,70 @@ func testSessionRecordings(t *testing.T, e *env) {
 		}
 	}
 	equal(t, "acme's recording_kept events", kept, 2)
+	if p := e.verify(acme); p != nil {
+		t.Fatalf("acme's chain: %v", p)
+	}
+}
+
+// testSupportSessionEndsOnce: a support session's end is audited once,
+// by whichever writer comes first, on either replica and from many at
+// once: later ends, an end by another agent than the session's, on
+// another install, or of a session never started write nothing.
+func testSupportSessionEndsOnce(t *testing.T, e *env) {
+	ctx := e.ctx()
+	acme, beta := e.install("acme"), e.install("beta")
+	ev := func(chain, kind, actor string) store.AuditEvent {
+		return store.AuditEvent{Chain: chain, At: at(time.Minute), Kind: kind, Actor: actor, Subject: "ss_1"}
+	}
+	ok(t, e.s.StartSupportSession(ctx, store.SupportSession{ID: "ss_1", InstallID: acme, AgentID: "ag-1", StartedAt: at(0)},
+		ev(acme, "support.session.started", "token:admin")))
+	for _, bad := range []struct {
+		name, agent, chain string
+	}{{"another agent", "ag-2", acme}, {"another install", "", beta}} {
+		wrote, err := e.s.EndSupportSession(ctx, "ss_1", bad.agent, ev(bad.chain, "support.session.ended", "agent:"+bad.agent))
+		ok(t, err)
+		if wrote {
+			t.Fatalf("the end of ss_1 written by %s", bad.name)
+		}
+	}
+	wrote, err := e.s.EndSupportSession(ctx, "ss_never", "", ev(acme, "support.session.ended", "token:admin"))
+	ok(t, err)
+	if wrote {
+		t.Fatal("the end of a session never started written")
+	}
+	var n atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		s, agent := e.s, ""
+		if i%2 == 1 {
+			s, agent = e.second(), "ag-1"
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wrote, err := s.EndSupportSession(ctx, "ss_1", agent, ev(acme, "support.session.ended", "x"))
+			if err != nil {
+				t.Error(err)
+			}
+			if wrote {
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	equal(t, "ends written of ss_1", int(n.Load()), 1)
+	for _, c := range []struct {
+		chain string
+		want  int
+	}{{acme, 1}, {beta, 0}} {
+		ended := 0
+		for _, k := range e.kinds(c.chain) {
+			if k == "support.session.ended" {
+				ended++
+			}
+		}
+		equal(t, c.chain+"'s support.session.ended events", ended, c.want)
+	}
 	if p := e.verify(acme); p != nil {
 		t.Fatalf("acme's chain: %v", p)
 	}
