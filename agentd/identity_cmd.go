@@ -166,8 +166,11 @@ func identityRevoke(ctx context.Context, stateDir, ims, reason string, yes bool,
 		return code
 	}
 	if r, err := identity.Revoked(dir); err == nil && r != nil {
-		fmt.Fprintf(stdout, "Already revoked: %v\n", identity.RevokedError(dir, r))
-		return 0
+		if r.IMSDTold || r.Call == nil {
+			fmt.Fprintf(stdout, "Already revoked: %v\n", identity.RevokedError(dir, r))
+			return 0
+		}
+		return identityRevokeTellAgain(ctx, dir, ims, r, stdout, stderr)
 	}
 	id, err := identity.Load(dir)
 	if err != nil && !errors.Is(err, identity.ErrNoIMSDKey) {
@@ -187,18 +190,54 @@ func identityRevoke(ctx context.Context, stateDir, ims, reason string, yes bool,
 	defer cancel()
 	t := now()
 	client, done := commandClient(dir, id.InstallID, ims, stderr)
+	sig := agentproto.SignRevokeSelf(id.PrivateKey, id.AgentID, by, reason, t)
 	_, terr := client.RevokeSelf(cctx, connect.NewRequest(&agentv1.RevokeSelfRequest{
-		AgentId: id.AgentID, Time: timestamppb.New(t), By: by, Reason: reason, Signature: agentproto.SignRevokeSelf(id.PrivateKey, id.AgentID, by, reason, t)}))
+		AgentId: id.AgentID, Time: timestamppb.New(t), By: by, Reason: reason, Signature: sig}))
 	done()
 	rev.IMSDTold = terr == nil
+	if terr != nil {
+		// Kept to tell imsd later: the key that signs it is erased now.
+		rev.Call = &identity.RevokeCall{Time: t, Signature: sig}
+	}
 	if err := identity.Revoke(dir, rev); err != nil {
 		fmt.Fprintf(stderr, "agentd identity revoke: %v\n", err)
 		return 1
 	}
 	if terr != nil {
-		fmt.Fprintf(stdout, "Revoked agent %s here: its keys are erased and it never connects again. imsd at %s could not be told (%v): the vendor sees the agent offline, not revoked.\n", id.AgentID, ims, terr)
+		fmt.Fprintf(stdout, "Revoked agent %s here: its keys are erased and it never connects again. imsd at %s could not be told (%v): the vendor sees the agent offline, not revoked, and a copy of this state directory made before now can still connect. Run this command again once imsd is reachable: it sends the revocation signed now (kept in %s).\n",
+			id.AgentID, ims, terr, identity.RevokedFileName)
 		return 0
 	}
 	fmt.Fprintf(stdout, "Revoked agent %s: imsd refuses it from now on (audited agent.revoked), its keys are erased here, and a running agent stops within a second.\n", id.AgentID)
+	return 0
+}
+
+// identityRevokeTellAgain sends imsd the revocation the customer made
+// while imsd could not be reached, as it was signed then (the key is
+// erased since), and records that imsd has it.
+func identityRevokeTellAgain(ctx context.Context, dir, ims string, r *identity.Revocation, stdout, stderr io.Writer) int {
+	id, err := identity.LoadErased(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd identity revoke: the agent's identity in %s: %v\n", dir, err)
+		return 1
+	}
+	if ims == "" {
+		ims = id.IMSURL
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	client, done := commandClient(dir, id.InstallID, ims, stderr)
+	_, err = client.RevokeSelf(cctx, connect.NewRequest(&agentv1.RevokeSelfRequest{
+		AgentId: id.AgentID, Time: timestamppb.New(r.Call.Time), By: r.By, Reason: r.Reason, Signature: r.Call.Signature}))
+	done()
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd identity revoke: agent %s is revoked here, but imsd at %s still could not be told: %v; run this again once it is reachable\n", id.AgentID, ims, err)
+		return 1
+	}
+	if err := identity.MarkIMSDTold(dir); err != nil {
+		fmt.Fprintf(stderr, "agentd identity revoke: imsd has the revocation, but %s: %v\n", identity.RevokedFileName, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "Told imsd of the revocation of agent %s made here at %s: imsd refuses it from now on (audited agent.revoked).\n", id.AgentID, r.At.UTC().Format(time.RFC3339))
 	return 0
 }

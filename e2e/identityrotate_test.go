@@ -186,3 +186,63 @@ func TestCustomerRevokesAgent(t *testing.T) {
 		t.Fatalf("a second revoke: %v\n%s", err, out)
 	}
 }
+
+// The customer revokes their agent after its state dir was copied, while
+// imsd cannot be reached: the keys are erased here, and the call signed
+// before (kept in revoked.json) reaches imsd when the command runs again
+// once imsd is reachable; the copy is then refused. Before, the key was
+// gone and imsd could never be told by the customer: the copy kept
+// connecting as the agent.
+func TestCustomerRevokesAgentWhileIMSDUnreachable(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	state := filepath.Join(t.TempDir(), "agent")
+	ag := cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "acme")
+	ag.Stop()
+	// The thief's copy, made before the revocation.
+	stolen := filepath.Join(t.TempDir(), "agent")
+	if err := os.MkdirAll(stolen, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(state, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(stolen, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agentd := filepath.Join(cluster.Binaries(t), "agentd")
+	out, err := exec.Command(agentd, "identity", "--state-dir", state, "--ims", "http://127.0.0.1:1", "revoke", "--yes", "--reason", "disk stolen").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "could not be told") || !strings.Contains(string(out), "Run this command again") {
+		t.Fatalf("agentd identity revoke, imsd unreachable: %v\n%s", err, out)
+	}
+	// Once imsd is reachable: the same command tells it.
+	out, err = exec.Command(agentd, "identity", "--state-dir", state, "revoke", "--yes").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Told imsd of the revocation") {
+		t.Fatalf("agentd identity revoke again, imsd reachable: %v\n%s", err, out)
+	}
+	cli := cluster.NewCLI(t, ims)
+	if out := cli.Run(0, "install", "get", "acme"); !lineWith(out, "Agent revoked", "revoked by the customer: disk stolen") {
+		t.Fatalf("byoc install get:\n%s", out)
+	}
+	if out, err := exec.Command(agentd, "identity", "--state-dir", state, "revoke", "--yes").CombinedOutput(); err != nil || !strings.Contains(string(out), "Already revoked") {
+		t.Fatalf("a third revoke: %v\n%s", err, out)
+	}
+	// The copy gets nowhere.
+	thief := cluster.StartAgent(t, ims.URL(), "", stolen)
+	cluster.Eventually(t, 30*time.Second, "the stolen copy to stop, refused", thief.Exited)
+	if o := thief.Output(); !strings.Contains(o, "was revoked") {
+		t.Fatalf("the stolen copy's output:\n%s", o)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/byoc-dev/byoc/internal/atomicfile"
@@ -323,6 +324,47 @@ type Revocation struct {
 	// IMSDTold says whether imsd acknowledged it (the vendor then sees
 	// the agent as revoked, not offline).
 	IMSDTold bool `json:"imsd_told"`
+	// Call is, while imsd has not acknowledged it, the revocation call
+	// signed with the agent's key before the key was erased, for
+	// agentd identity revoke to send again: it can only revoke this
+	// agent, so it is no secret.
+	Call *RevokeCall `json:"imsd_call,omitempty"`
+}
+
+// RevokeCall is a signed RevokeSelf call: its time and signature (its
+// agent, by and reason are the identity's and the revocation's).
+type RevokeCall struct {
+	Time      time.Time `json:"time"`
+	Signature []byte    `json:"signature"`
+}
+
+// MarkIMSDTold records in dir that imsd acknowledged the revocation, and
+// drops the signed call kept for it.
+func MarkIMSDTold(dir string) error {
+	r, err := Revoked(dir)
+	if err != nil || r == nil {
+		return err
+	}
+	r.IMSDTold, r.Call = true, nil
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(dir, RevokedFileName), append(b, '\n'), 0o600)
+}
+
+// LoadErased reads the identity of a revoked agent, whose key is erased:
+// its id, install and imsd's URL.
+func LoadErased(dir string) (Identity, error) {
+	b, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		return Identity{}, err
+	}
+	var id Identity
+	if err := json.Unmarshal(b, &id); err != nil {
+		return Identity{}, fmt.Errorf("%s: %w", filepath.Join(dir, FileName), err)
+	}
+	return id, nil
 }
 
 // ErrRevoked is returned by Load for an agent its customer revoked.
@@ -370,6 +412,21 @@ func Revoke(dir string, r Revocation) error {
 	for _, f := range []string{RotationFileName, PendingFileName} {
 		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("erase %s: %w", f, err)
+		}
+	}
+	// A write of any of them cut short by a crash left its whole new
+	// content, key and all, in atomicfile's temporary file.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		for _, f := range []string{FileName, RotationFileName, PendingFileName} {
+			if strings.HasPrefix(e.Name(), "."+f+".tmp-") {
+				if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("erase %s: %w", e.Name(), err)
+				}
+			}
 		}
 	}
 	return nil

@@ -403,3 +403,88 @@ func TestReplicasShowAnAgentConnectedElsewhere(t *testing.T) {
 		t.Errorf("imsd-%d showed the stopped agent offline only after %s (lease %s)", 2-on, took.Round(time.Millisecond), lease)
 	}
 }
+
+// An agent revoked through one replica (a copy of its state dir is
+// suspected) loses its stream on the replica holding it within moments,
+// not at its next reconnection, which a thief's agent need never make:
+// that replica is told (store.NotifyKick), or learns it when it next
+// records the agent's last-seen time. The agent, refused at its next
+// hello, stops for good.
+func TestReplicasRevokeEndsStreamOnAnother(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	w := newReplicaWorld(t, 2, 1)
+	on := w.replicaWithAgent()
+	c := w.replicas[1-on].Client()
+	if _, err := c.RevokeAgent(context.Background(), connect.NewRequest(&imsv1.RevokeAgentRequest{Install: w.install, Reason: "copied state dir"})); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	cluster.Eventually(t, lease+2*heartbeat, fmt.Sprintf("imsd-%d to end the revoked agent's stream", on+1), func() bool {
+		return w.agentsOn(on) == 0 && w.agentsOn(1-on) == 0
+	})
+	t.Logf("the revoked agent's stream on imsd-%d ended %s after the revocation through imsd-%d", on+1, time.Since(revoked).Round(time.Millisecond), 2-on)
+	cluster.Eventually(t, 10*time.Second, "the agent to stop, refused", func() bool {
+		return strings.Contains(w.agents[0].proc.Output(), "imsd refused this agent's identity")
+	})
+	// It stays gone: no replica serves it again.
+	time.Sleep(2 * heartbeat)
+	if a, b := w.agentsOn(on), w.agentsOn(1-on); a+b != 0 {
+		t.Fatalf("the revoked agent has streams again: %d on imsd-%d, %d on imsd-%d", a, on+1, b, 2-on)
+	}
+}
+
+// Two agentd processes sharing one identity (a copied state dir), each
+// connected to another replica: the replicas tell each other of every
+// hello, so one process holds the stream, the other is refused wherever
+// it comes back, and the conflict is recorded and shown, as on one
+// replica (e2e's TestSharedIdentityIsDetectedAndStopsFlapping). Before,
+// each replica saw one process only and both ran the install's jobs.
+func TestReplicasSharedIdentityIsDetected(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	w := newReplicaWorld(t, 2, 0)
+	_, token := cluster.NewInstall(t, w.c, "shop", w.install)
+	dirA := filepath.Join(t.TempDir(), "agent")
+	a := cluster.StartAgent(t, w.replicas[0].URL(), token, dirA, w.agentFlags()...)
+	w.waitAgents()
+	dirB := filepath.Join(t.TempDir(), "agent")
+	if err := os.MkdirAll(dirB, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dirA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dirA, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dirB, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := cluster.StartAgent(t, w.replicas[1].URL(), "", dirB, w.agentFlags()...)
+	var warning string
+	cluster.Eventually(t, 20*time.Second, "the install to report an identity conflict", func() bool {
+		r, err := w.c.GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: w.install}))
+		if err != nil || r.Msg.Install.Agent == nil {
+			return false
+		}
+		warning = r.Msg.Install.Agent.IdentityConflict
+		return warning != ""
+	})
+	if !strings.Contains(warning, "two agentd processes share this agent's identity") {
+		t.Fatalf("warning = %q", warning)
+	}
+	// From then on one stream at a time, on one replica.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if n := w.agentsOn(0) + w.agentsOn(1); n > 1 {
+			t.Fatalf("%d streams of one identity (imsd-1 %d, imsd-2 %d)\nagent A:\n%s\nagent B:\n%s", n, w.agentsOn(0), w.agentsOn(1), tail(a.Output(), 30), tail(b.Output(), 30))
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -121,7 +122,10 @@ func agentchannelOpen(k ed25519.PrivateKey, agentID string, ch *agentv1.Challeng
 func TestRevokeSelf(t *testing.T) {
 	e := newStreamEnv(t)
 	ctx := context.Background()
-	at := e.clk.Now()
+	// Signed a day ago, while imsd could not be reached (agentd identity
+	// revoke keeps the call and sends it again): accepted. One signed in
+	// the future is not.
+	at := e.clk.Now().Add(10 * time.Minute)
 	req := func(k ed25519.PrivateKey) *connect.Request[agentv1.RevokeSelfRequest] {
 		return connect.NewRequest(&agentv1.RevokeSelfRequest{AgentId: e.agent, Time: timestamppb.New(at), By: "alice", Reason: "contract ended",
 			Signature: agentproto.SignRevokeSelf(k, e.agent, "alice", "contract ended", at)})
@@ -135,9 +139,13 @@ func TestRevokeSelf(t *testing.T) {
 	if _, err := e.svc.RevokeSelf(ctx, forged); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("a revocation changed after signing: %v", err)
 	}
+	if _, err := e.svc.RevokeSelf(ctx, req(e.key)); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a revocation signed 10 minutes ahead of imsd's clock: %v", err)
+	}
 	if a, _ := e.st.GetAgent(ctx, e.agent); !a.RevokedAt.IsZero() {
 		t.Fatal("revoked by a bad call")
 	}
+	at = e.clk.Now().Add(-24 * time.Hour)
 	for range 2 {
 		if _, err := e.svc.RevokeSelf(ctx, req(e.key)); err != nil {
 			t.Fatal(err)

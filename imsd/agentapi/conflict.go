@@ -20,12 +20,21 @@ import (
 // instance the current one replaced means two live processes: imsd keeps
 // the stream it has, refuses the other (Aborted, saying why), logs a
 // warning and records the conflict on the agent for operators.
+//
+// With replicas, each hello is told to the others (store.NotifyHello):
+// a replica holding another process's stream of the agent ends it, as a
+// newer stream replaces an older one on one replica, and every replica
+// remembers which process holds the stream and which it replaced, so the
+// replaced process is refused wherever it comes back while the holder's
+// stream may be open (HelloElsewhere).
 
 // instanceRecord is what imsd remembers of an agent's processes.
 type instanceRecord struct {
 	instance, host   string // the process holding the stream now
 	prev, prevHost   string // the one it replaced
 	lastConflictSave time.Time
+	// remote: the holder said hello to another replica.
+	remote bool
 }
 
 // conflictRecordEvery bounds how often a continuing conflict is logged
@@ -50,13 +59,16 @@ func (s *Service) checkInstance(ctx context.Context, agent store.Agent, hello *a
 		s.instMu.Unlock()
 		return nil
 	case r.instance == hello.Instance:
+		r.remote = false
 		s.instMu.Unlock()
 		return nil // the same process reconnecting
-	case r.prev != hello.Instance || !s.hub.Connected(agent.ID):
+	case r.prev != hello.Instance || !s.hub.Connected(agent.ID) &&
+		(!r.remote || !agent.StreamMayBeOpen(now, s.cfg.LeaseDuration+3*s.cfg.HeartbeatInterval)):
 		// A new process (a restart), or an old one while nobody holds
-		// the stream: it takes the stream.
+		// the stream (here or, as far as the store tells, elsewhere): it
+		// takes the stream.
 		r.prev, r.prevHost = r.instance, r.host
-		r.instance, r.host = hello.Instance, hello.Hostname
+		r.instance, r.host, r.remote = hello.Instance, hello.Hostname, false
 		s.instMu.Unlock()
 		return nil
 	}
@@ -79,4 +91,37 @@ func (s *Service) checkInstance(ctx context.Context, agent store.Agent, hello *a
 	}
 	return connect.NewError(connect.CodeAborted, errors.New(detail+
 		"; give this one its own identity: stop it, move its state dir away and enrol it with a new token (byoc install token INSTALL)"))
+}
+
+// HelloElsewhere is told that process instance (on host) of agent
+// agentID took the agent's stream on another replica (store.NotifyHello):
+// a stream of the agent here is replaced by it, and its process, should
+// it come back while that one's stream may be open, is refused here as
+// it would be there.
+func (s *Service) HelloElsewhere(agentID, instance, host string) {
+	s.instMu.Lock()
+	if s.instances == nil {
+		s.instances = make(map[string]*instanceRecord)
+	}
+	switch r := s.instances[agentID]; {
+	case r == nil:
+		s.instances[agentID] = &instanceRecord{instance: instance, host: host, remote: true}
+	case r.instance == instance:
+		r.host, r.remote = host, true
+	default:
+		r.prev, r.prevHost = r.instance, r.host
+		r.instance, r.host, r.remote = instance, host, true
+	}
+	s.instMu.Unlock()
+	s.hub.Kick(agentID)
+}
+
+// helloElsewhere tells the other replicas that hello took the agent's
+// stream here (store.NotifyHello); nothing on SQLite.
+func (s *Service) helloElsewhere(ctx context.Context, agentID string, hello *agentv1.Hello) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.store.NotifyHello(ctx, agentID, hello.Instance, hello.Hostname); err != nil {
+		s.log.WarnContext(ctx, "tell the other replicas of an agent's hello", "agent", agentID, "err", err)
+	}
 }

@@ -25,7 +25,11 @@ func (s *Service) RevokeSelf(ctx context.Context, req *connect.Request[agentv1.R
 		return nil, s.err(ctx, errs.Field("reason", "is longer than 512 bytes (or by than 128)"))
 	}
 	at := m.Time.AsTime()
-	if d := s.now().Sub(at); d > signedCallSkew || d < -signedCallSkew {
+	// No bound in the past: the customer may revoke while imsd is
+	// unreachable and send the call signed then once it is reachable
+	// (agentd identity revoke, again). A replay can only revoke the
+	// agent, which its customer decided.
+	if d := s.now().Sub(at); d < -signedCallSkew {
 		return nil, s.err(ctx, errs.E(errs.Unauthenticated, "the call's time is %s from imsd's clock: check the agent's clock", d.Round(time.Second)))
 	}
 	a, err := s.store.GetAgent(ctx, m.AgentId)
@@ -49,6 +53,10 @@ func (s *Service) RevokeSelf(ctx context.Context, req *connect.Request[agentv1.R
 		return nil, s.err(ctx, err)
 	}
 	s.hub.Kick(a.ID)
+	if err := s.store.NotifyKick(ctx, a.ID); err != nil {
+		// The replica holding its stream ends it within a lease.
+		s.log.WarnContext(ctx, "pass a revocation to the other replicas", "agent", a.ID, "err", err)
+	}
 	s.hub.FleetChanged()
 	s.log.WarnContext(ctx, "agent revoked by the customer", "agent", a.ID, "install", a.InstallID, "by", m.By, "reason", m.Reason)
 	return connect.NewResponse(&agentv1.RevokeSelfResponse{}), nil

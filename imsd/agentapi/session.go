@@ -208,6 +208,7 @@ func (s *Service) openCounted(ctx context.Context, st Stream) (_ *conn, err erro
 	if err := s.checkInstance(ctx, agent, hello); err != nil {
 		return nil, err
 	}
+	s.helloElsewhere(ctx, agent.ID, hello)
 
 	c = &conn{
 		svc:      s,
@@ -476,7 +477,14 @@ func (c *conn) touch(ctx context.Context, now time.Time) {
 	if now.Sub(c.lastSeen) < c.svc.cfg.LeaseDuration {
 		return
 	}
-	if err := c.svc.store.TouchAgent(ctx, c.agent.ID, now); err != nil {
+	if err := c.svc.store.TouchAgent(ctx, c.agent.ID, now); errs.Is(err, errs.PermissionDenied) {
+		// Revoked through another replica, whose word did not reach this
+		// one (store.NotifyKick): the stream ends at the agent's next
+		// message, and its next hello is refused for good.
+		c.logger().WarnContext(ctx, "revoked agent's stream ended", "err", err)
+		c.svc.hub.Kick(c.agent.ID)
+		return
+	} else if err != nil {
 		c.logger().WarnContext(ctx, "touch agent", "err", err)
 		return
 	}

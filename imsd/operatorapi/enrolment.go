@@ -57,6 +57,10 @@ func (s *Service) RevokeAgent(ctx context.Context, req *connect.Request[imsv1.Re
 	}
 	for _, id := range ids {
 		s.hub.Kick(id)
+		if err := s.store.NotifyKick(ctx, id); err != nil {
+			// The replica holding its stream ends it once a lease at most.
+			s.log.WarnContext(ctx, "pass a revocation to the other replicas", "agent", id, "err", err)
+		}
 		s.log.WarnContext(ctx, "agent revoked", "agent", id, "install", in.Name, "by", callerFrom(ctx).Name, "reason", req.Msg.Reason)
 	}
 	s.hub.FleetChanged()

@@ -61,6 +61,9 @@ func LoadOrCreateSigner(dir, service string) (*Signer, error) {
 	if kerr != nil {
 		return nil, fmt.Errorf("registry token key: %w", kerr)
 	}
+	if fi, err := os.Stat(keyPath); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("registry token key %s: mode %o lets others read it; chmod 600 it", keyPath, fi.Mode().Perm())
+	}
 	if cerr != nil {
 		return nil, fmt.Errorf("registry token certificate: %w", cerr)
 	}

@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,29 @@ func TestES256Vector(t *testing.T) {
 	}
 	if err := jwt.SigningMethodES256.Verify(strings.Replace(jws[:i], ".eyJpc3Mi", ".eyJpc3Ni", 1), sig, pub); err == nil {
 		t.Fatal("a changed payload verifies")
+	}
+}
+
+// The registry token key mints tokens the vendor registry takes: imsd
+// refuses one others may read, as it refuses such a job signing key,
+// naming the file.
+func TestSignerKeyReadableByOthersIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := registry.LoadOrCreateSigner(dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(dir, "registry-token.key")
+	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("a new key's mode: %v %v", fi.Mode(), err)
+	}
+	if _, err := registry.LoadOrCreateSigner(dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(key, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, err := registry.LoadOrCreateSigner(dir, "")
+	if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("a key others may read: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/store"
 )
 
 // forwardCancels passes a cancellation for an agent connected to another
@@ -26,10 +27,20 @@ func (s *Server) forwardCancels() {
 }
 
 // listenCancels delivers the cancellations other replicas pass on to the
-// agents connected here, until ctx ends.
+// agents connected here, ends the streams here of agents revoked
+// through another replica, and tells the agent service of hellos there,
+// until ctx ends.
 func (s *Server) listenCancels(ctx context.Context) {
-	err := s.store.ListenCancels(ctx, func(agentID, jobID, reason string) {
-		s.hub.CancelHere(agentID, dispatch.CancelRequest{JobID: jobID, Reason: reason})
+	err := s.store.ListenCancels(ctx, store.ReplicaNotes{
+		Cancel: func(agentID, jobID, reason string) {
+			s.hub.CancelHere(agentID, dispatch.CancelRequest{JobID: jobID, Reason: reason})
+		},
+		Kick: func(agentID string) {
+			if s.hub.Kick(agentID) {
+				s.log.Warn("revoked agent's stream ended (revoked through another replica)", "agent", agentID)
+			}
+		},
+		Hello: s.agents.HelloElsewhere,
 	})
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("listen for cancellations", "err", err)

@@ -814,12 +814,28 @@ func (s *Store) RecordAgentConflict(ctx context.Context, id, detail string, now 
 	}, `UPDATE agents SET conflict_at = ?, conflict = ? WHERE id = ?`, nanos(now), detail)
 }
 
-// TouchAgent records that agent id was seen at now.
+// TouchAgent records that agent id was seen at now. It returns a
+// PermissionDenied error once the agent is revoked (the time is still
+// recorded): a replica holding the stream of an agent another replica
+// revoked learns of it here, at the latest.
 func (s *Store) TouchAgent(ctx context.Context, id string, now time.Time) error {
-	// Never backwards: a closing stream records its last message after
-	// the agent's next stream may have touched it later.
-	return s.updateAgent(ctx, "touch agent", id, nil, `UPDATE agents SET last_seen_at = CASE
-		WHEN last_seen_at IS NULL OR last_seen_at < ? THEN ? ELSE last_seen_at END WHERE id = ?`, nanos(now), nanos(now))
+	return s.writeOne(ctx, "touch agent", func(tx *txn) error {
+		// Never backwards: a closing stream records its last message
+		// after the agent's next stream may have touched it later.
+		var revokedAt int64
+		err := tx.GetContext(ctx, &revokedAt, s.bind(`UPDATE agents SET last_seen_at = CASE
+			WHEN last_seen_at IS NULL OR last_seen_at < ? THEN ? ELSE last_seen_at END WHERE id = ? RETURNING revoked_at`),
+			nanos(now), nanos(now), id)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return errs.E(errs.NotFound, "agent %q not found", id)
+		case err != nil:
+			return err
+		case revokedAt != 0:
+			return errs.E(errs.PermissionDenied, "agent %q was revoked", id)
+		}
+		return nil
+	})
 }
 
 // SetAgentNextKey records next as the next key of agent id, whose current

@@ -65,6 +65,9 @@ type Store struct {
 	// pg is the parsed PostgreSQL config, used by Listen for its dedicated
 	// connection. Nil on SQLite.
 	pg *pgx.ConnConfig
+	// self names this store's process in the notes it sends other
+	// replicas (cancels.go), so that it skips its own.
+	self string
 	// ready is Ready's own pool of one connection on PostgreSQL, so a
 	// balancer's health check never queues behind the hot path's pool (a
 	// hello storm holds all of it; a check that times out there takes the
@@ -179,7 +182,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 	ready.SetMaxOpenConns(1)
 	ready.SetMaxIdleConns(1)
 	x := sqlx.NewDb(db, "pgx")
-	s := &Store{dialect: DialectPostgres, w: x, r: newReader(x, false), pg: cfg, ready: ready, pgh: heads}
+	s := &Store{dialect: DialectPostgres, w: x, r: newReader(x, false), pg: cfg, ready: ready, pgh: heads, self: rand.Text()}
 	s.pgc = startPGGroupCommit(s)
 	return s, nil
 }

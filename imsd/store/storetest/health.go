@@ -217,6 +217,10 @@ func testRevokeAgents(t *testing.T, e *env) {
 	}
 	_, err = e.s.RevokeAgents(ctx, inst, "ag-1", "again", "alice", at(2*time.Hour))
 	wantErr(t, err, errs.NotFound, "ag-1")
+	// A replica holding the revoked agent's stream (another replica
+	// took the revocation) learns of it when it next touches the agent.
+	wantErr(t, e.second().TouchAgent(ctx, "ag-1", at(2*time.Hour)), errs.PermissionDenied, "ag-1", "revoked")
+	ok(t, e.s.TouchAgent(ctx, "ag-2", at(2*time.Hour)))
 	all, err := e.s.ListAgentHealth(ctx)
 	ok(t, err)
 	if len(all) != 1 || all[0].AgentID != "ag-2" {
