@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/kmskey"
 	"github.com/byoc-dev/byoc/agentd/ledger"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
@@ -667,6 +668,10 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 		log.Warn("vendor code sandbox OFF (--insecure-no-sandbox)")
 	} else {
 		log.Info("vendor code sandbox", "isolation", loader.Sandbox.Isolation, "detail", loader.Sandbox.Detail)
+	}
+	if bad := identity.ReadableKeyFiles(stateDir); len(bad) > 0 {
+		log.Warn("the agent's private key is readable by other users: whoever reads it can connect as this agent; chmod 600 the files (agentd preflight)",
+			"files", strings.Join(bad, "; "))
 	}
 	// The endpoints the customer configured the agent with stay
 	// reachable for plugins even on this machine's loopback.

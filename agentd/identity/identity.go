@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/byoc-dev/byoc/internal/atomicfile"
@@ -436,4 +437,37 @@ func Revoke(dir string, r Revocation) error {
 func RevokedError(dir string, r *Revocation) error {
 	return fmt.Errorf("%w (%s at %s, %q; see %s): this agent never connects again; to give the vendor access again, enrol a new agent with a new enrolment token in a new state dir",
 		ErrRevoked, r.By, r.At.UTC().Format(time.RFC3339), r.Reason, filepath.Join(dir, RevokedFileName))
+}
+
+// KeyFiles are the files of the state directory that hold a private key
+// of the agent.
+var KeyFiles = []string{FileName, RotationFileName, PendingFileName}
+
+// ReadableKeyFiles says which of dir's key files (KeyFiles) users other
+// than the agent's own may read, each as "NAME (mode 0644: readable by
+// every user)" or "… by its group …": the key in such a file lets
+// whoever reads it act as the agent.
+func ReadableKeyFiles(dir string) []string {
+	var out []string
+	for _, name := range KeyFiles {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			continue
+		}
+		switch m := fi.Mode().Perm(); {
+		case m&0o004 != 0:
+			out = append(out, fmt.Sprintf("%s (mode %04o: readable by every user of this machine)", name, m))
+		case m&0o040 != 0:
+			out = append(out, fmt.Sprintf("%s (mode %04o: readable by its group, gid %d)", name, m, gidOf(fi)))
+		}
+	}
+	return out
+}
+
+// gidOf is the group that owns the file fi describes, or -1.
+func gidOf(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int64(st.Gid)
+	}
+	return -1
 }

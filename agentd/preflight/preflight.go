@@ -25,6 +25,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/stackconfig"
 )
@@ -123,8 +124,23 @@ func Run(ctx context.Context, o Options) []Result {
 	if r, ok := checkKubernetes(ctx, o); ok {
 		out = append(out, r)
 	}
+	if o.StateDir != "" {
+		out = append(out, checkKeyFiles(o))
+	}
 	out = append(out, checkDisk(o))
 	return out
+}
+
+// checkKeyFiles fails when users other than the agent's own may read a
+// file of the state directory that holds the agent's private key.
+func checkKeyFiles(o Options) Result {
+	r := Result{Check: "identity key files", Status: Pass, Detail: "readable by the agent's user only"}
+	if bad := identity.ReadableKeyFiles(o.StateDir); len(bad) > 0 {
+		r.Status = Fail
+		r.Detail = strings.Join(bad, "; ") + ": whoever reads the key can connect as this agent and take its jobs"
+		r.Fix = "chmod 600 those files (the agent writes them 0600; a copy, a restore or a volume's group ownership changed them)"
+	}
+	return r
 }
 
 // checkSandbox builds the sandbox every plugin runs in, as the agent

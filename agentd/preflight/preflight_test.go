@@ -88,7 +88,7 @@ func TestPreflightPasses(t *testing.T) {
 		t.Fatalf("preflight failed:\n%s", b.String())
 	}
 	m := byCheck(rs)
-	for _, c := range []string{"egress to imsd", "clock skew", "role provision", "role maintenance", "role deprovision", "enrolment token", "customer inputs and secrets", "registry", "disk space"} {
+	for _, c := range []string{"egress to imsd", "clock skew", "role provision", "role maintenance", "role deprovision", "enrolment token", "customer inputs and secrets", "registry", "identity key files", "disk space"} {
 		if m[c].Status != preflight.Pass {
 			t.Errorf("%s: %+v", c, m[c])
 		}
@@ -173,5 +173,41 @@ func TestPreflightKubernetes(t *testing.T) {
 		Kubernetes: reach(errors.New("https://127.0.0.1:6443/version: connection refused"))}))
 	if m["kubernetes"].Status != preflight.Fail || !strings.Contains(m["kubernetes"].Detail, "connection refused") || !strings.Contains(m["kubernetes"].Fix, "--kubeconfig") {
 		t.Errorf("a kubeconfig whose cluster is down: %+v", m["kubernetes"])
+	}
+}
+
+// A key file of the state directory that other users may read fails
+// the check, naming it and its mode: a copy made readable (a restore, a
+// volume's group ownership) lets whoever reads it act as the agent.
+func TestPreflightKeyFilesReadable(t *testing.T) {
+	dir := t.TempDir()
+	row := func() preflight.Result {
+		t.Helper()
+		return byCheck(preflight.Run(context.Background(), preflight.Options{StateDir: dir, IMS: "http://127.0.0.1:1"}))["identity key files"]
+	}
+	if err := os.WriteFile(filepath.Join(dir, "identity.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := row(); r.Status != preflight.Pass {
+		t.Fatalf("identity.json 0600: %+v", r)
+	}
+	for _, c := range []struct {
+		name string
+		mode os.FileMode
+		want string
+	}{
+		{"identity.json", 0o644, "identity.json (mode 0644: readable by every user of this machine)"},
+		{"identity-next.json", 0o640, "identity-next.json (mode 0640: readable by its group"},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, c.name), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(dir, c.name), c.mode); err != nil {
+			t.Fatal(err)
+		}
+		if r := row(); r.Status != preflight.Fail || !strings.Contains(r.Detail, c.want) || !strings.Contains(r.Fix, "chmod 600") {
+			t.Errorf("%s %04o: %+v, want a failure naming %q", c.name, c.mode, r, c.want)
+		}
+		os.Chmod(filepath.Join(dir, c.name), 0o600)
 	}
 }
