@@ -61,9 +61,11 @@ require (
 )
 
 require (
+	github.com/KimMachineGun/automemlimit v0.7.1 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/hashicorp/go-retryablehttp v0.7.8 // indirect
 	github.com/jedisct1/go-minisign v0.0.0-20211028175153-1c139d1cc84b // indirect
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/sassoftware/relic v7.2.1+incompatible // indirect
 	github.com/theupdateframework/go-tuf v0.7.0 // indirect
 )
