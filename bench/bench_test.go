@@ -229,6 +229,11 @@ type benchAgent struct {
 	// agentd does): a benchmark longer than three of imsd's heartbeat
 	// intervals needs it, or imsd cuts the silent streams.
 	heartbeat time.Duration
+	// instance names this agent's process in its hellos, as agentd's
+	// random per-process id does (made at the first hello): on
+	// PostgreSQL each hello is then told to the other replicas
+	// (store.NotifyHello), as an agentd's is.
+	instance string
 }
 
 // fleetHeartbeat is the heartbeat of the agents fleet makes (0: none).

@@ -347,6 +347,7 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 	watch = append(watch, watched{label: "load generator", pid: os.Getpid})
 	watch = append(watch, others...)
 	peaks := make([]procPeaks, len(watch))
+	loadAtKill := loadAverage()
 	killedPIDs := make([]int, len(procs))
 	for i, p := range procs {
 		killedPIDs[i] = p.PID()
@@ -548,7 +549,7 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 	st.mu.Lock()
 	fmt.Printf("  failed tries by kind: %v; connections dropped on a full accept queue (any listener on this machine) during the storm: %d\n", st.kinds, listenOverflows()-overflows0)
 	st.mu.Unlock()
-	fmt.Printf("  load average %s\n", loadAverage())
+	fmt.Printf("  load average at the kill %s, after the storm %s\n", loadAtKill, loadAverage())
 	b.ReportMetric(all.Seconds(), "s-all-back")
 	b.ReportMetric(100*peakCPU, "peak-cpu-%")
 	b.ReportMetric(float64(peakRSS>>20), "peak-rss-MiB")
@@ -677,8 +678,15 @@ func (a *benchAgent) hello(ctx context.Context, auditCopy bool) (*agentchannel.A
 	if err != nil {
 		return nil, err
 	}
+	// As agentd does, the agent names its process (unless
+	// BYOC_BENCH_NO_INSTANCE=1, an agent from before instance ids: imsd
+	// then neither checks it nor tells the other replicas of the hello).
+	if a.instance == "" && os.Getenv("BYOC_BENCH_NO_INSTANCE") != "1" {
+		a.instance = fmt.Sprintf("%016x", rand.Uint64())
+	}
 	sst, err := agentchannel.Dial(raw, m.GetChallenge(), a.key, a.id, nil, &agentv1.Hello{
 		AgentId: a.id, Signature: agentproto.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
+		Instance: a.instance, Hostname: "bench-agent",
 		AuditCopy: auditCopy,
 		// As agentd does: it verifies batch job signatures (unless
 		// BYOC_BENCH_SINGLE_SIGNATURES=1, an older agent's hello).

@@ -28,7 +28,7 @@ import (
 // DefaultMaxHellos is the default bound on hellos served at once: high
 // enough not to idle imsd in an ordinary storm (10,000 agents on two
 // cores came back in 63 s unbounded, 132 s bounded at 256, on a loaded
-// machine where a hello's time is mostly the agents'; docs/performance.md),
+// machine where a hello's time is mostly the agents'; docs/performance-connections.md),
 // a bound against the storm that would make hellos time out.
 const DefaultMaxHellos = 1024
 

@@ -75,7 +75,7 @@ func configFieldUncached(b []byte) ([]byte, [32]byte, error) {
 }
 
 // lastConfig is the config last encoded for an assignment (why:
-// docs/performance.md, "Assignment configs as field bytes"): a run across
+// docs/performance-connections.md, "Assignment configs as field bytes"): a run across
 // a fleet hands the same config to every install's agent. The bytes are
 // only ever read once encoded, so assignments share them.
 var lastConfig atomic.Pointer[encodedConfig]

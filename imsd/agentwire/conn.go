@@ -102,7 +102,7 @@ type conn struct {
 // handler, Receive and the network read: keep their frames small (a
 // stack whose used part is under 1248 bytes shrinks to 4 KiB; see
 // runtime.shrinkstack). The connection's setup and end are in functions
-// of their own for that reason. (docs/performance.md, "The idle stack",
+// of their own for that reason. (docs/performance-connections.md, "The idle stack",
 // has the figures.)
 func (c *conn) serve() {
 	defer c.srv.track(c, false)

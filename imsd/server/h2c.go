@@ -33,7 +33,7 @@ const h2cPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // connection lives: 8 KiB of heap per connection, the largest item of an
 // idle agent's cost in imsd. Here the preface is read first; an HTTP/2
 // connection never gets HTTP/1 buffers, and its serving goroutine starts
-// with a shallower stack (docs/performance.md, "The h2c sniff").
+// with a shallower stack (docs/performance-connections.md, "The h2c sniff").
 //
 // x/net/http2's server is deprecated in favour of net/http's, which offers
 // no way to serve a connection it has not read itself; from Go 1.27 on,

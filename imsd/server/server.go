@@ -918,7 +918,7 @@ var fastGzip = connect.WithCompression("gzip",
 // time copying and re-adjusting the deep frames of protobuf decoding: 8%
 // of imsd's CPU under a stream of EnqueueJob calls. Growing once at the
 // top, where the stack is shallow, costs one small copy.
-// (docs/performance.md, "Stacks grown once".)
+// (docs/performance-store.md, "Stacks grown once".)
 func growStack(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reserveStack()

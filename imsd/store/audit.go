@@ -243,7 +243,7 @@ func (s *Store) appendSQLite(ctx context.Context, tx *txn, chain string, evs []p
 // neither is read), and adds them to the batch's records, which the
 // writer inserts just before it commits (groupCommit.insertAudit). One
 // multi-row INSERT per batch instead of one statement per event: SQLite
-// (modernc) spends more per statement than per row (docs/performance.md).
+// (modernc) spends more per statement than per row (docs/performance-store.md).
 // Only the SQLite writer's transactions (tx.g set) come here.
 func (s *Store) chainAudit(tx *txn) error {
 	ctx := tx.c(context.Background())

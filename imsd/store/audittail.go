@@ -10,7 +10,7 @@ import (
 // audit chain, so that sending an agent the records its copy lacks
 // (AuditRecordsAfter, before the answer to every ack) needs no read in
 // the usual case: that read was an eighth of imsd's CPU per job with
-// agents that keep a copy (docs/performance.md). The writer adds a
+// agents that keep a copy (docs/performance-store.md). The writer adds a
 // batch's records once it committed and forgets everything when another
 // connection committed to the file (checkHeads); a chain's tail holds
 // only consecutive records, and a request it cannot answer whole goes to

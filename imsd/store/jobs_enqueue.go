@@ -107,7 +107,7 @@ func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string)
 // when the agent is not one of the install's (unknown, or of another
 // install): the job is then stored queued, like EnqueueJob. The returned
 // job is what was stored. It is one INSERT ... VALUES, with the agent's
-// install from a cache: see docs/performance.md for why not INSERT ...
+// install from a cache: see docs/performance-store.md for why not INSERT ...
 // SELECT.
 func (s *Store) EnqueueAssigned(ctx context.Context, j Job, agentID string, leaseUntil time.Time) (out Job, assigned bool, err error) {
 	if agentID == "" {

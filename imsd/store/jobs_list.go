@@ -77,7 +77,7 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) (jobs []Job, nextCurs
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	// A bound LIMIT makes SQLite compile the query twice; limit is an int
-	// (docs/performance.md, "Limits written into the SQL").
+	// (docs/performance-store.md, "Limits written into the SQL").
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ` + strconv.Itoa(limit+1)
 	var rows []jobRow
 	if err := s.r.SelectContext(ctx, &rows, s.bind(q), args...); err != nil {

@@ -10,7 +10,7 @@ import (
 // and U+2029 escaped, invalid UTF-8 as U+FFFD; FuzzEncodeMap checks it);
 // nil is "{}". Written by hand because every audit record's data and
 // every job's outputs go through it, and Marshal's reflection cost more
-// than hashing the record (docs/performance.md).
+// than hashing the record (docs/performance-store.md).
 func encodeMap(m map[string]string) string {
 	if len(m) == 0 {
 		return "{}"

@@ -115,12 +115,12 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	// journals in memory: a group commit's savepoints, and an INSERT ...
 	// SELECT's statement journal, otherwise spill to a temporary file past
 	// 64 KiB, a write syscall per page (7 % of imsd's CPU under load;
-	// docs/performance.md).
+	// docs/performance-store.md).
 	// wal_autocheckpoint(10000) checkpoints every 10,000 WAL pages (40
 	// MB) instead of 1,000: a page written again and again between
 	// checkpoints (the jobs and audit indexes) is copied to the database
 	// once per checkpoint, which took 12 % of imsd's CPU under load at
-	// 1,000 and 4 % at 10,000 (docs/performance.md).
+	// 1,000 and 4 % at 10,000 (docs/performance-store.md).
 	wdb, err := sql.Open("sqlite", path+common+"&_pragma=journal_mode(WAL)&_pragma=temp_store(MEMORY)&_pragma=wal_autocheckpoint(10000)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)

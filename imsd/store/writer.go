@@ -122,7 +122,7 @@ func (s *Store) write(ctx context.Context, op string, fn func(tx *txn) error) er
 // SQLite undoes by itself). In a group commit such a write needs no
 // savepoint of its own: two statements fewer per write. Any other error
 // from fn rolls back the whole batch, since it may leave a change behind.
-// (docs/performance.md, "SQLite writer".)
+// (docs/performance-store.md, "SQLite writer".)
 func (s *Store) writeOne(ctx context.Context, op string, fn func(tx *txn) error) error {
 	return s.writeTx(ctx, op, true, fn)
 }
