@@ -168,7 +168,8 @@ func (c *bgClient) decide(ctx context.Context, d agentproto.BreakGlassDecision) 
 }
 
 func (c *bgClient) fail(err error) int {
-	fmt.Fprintf(c.stderr, "agentd breakglass: %v\n", err)
+	// The error may quote imsd's answer: shown, not obeyed.
+	fmt.Fprintf(c.stderr, "agentd breakglass: %s\n", shown(err.Error()))
 	return 1
 }
 
@@ -201,7 +202,7 @@ func (c *bgClient) list(ctx context.Context) int {
 		}
 		// Every field imsd sent is the vendor's to write: shown, not
 		// obeyed, so that a request cannot rewrite what you approve.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(g.Id), state, oneLine(g.Role), oneLine(g.RequestedBy), oneLine(g.Reason), oneLine(by), until)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(g.Id), oneLine(state), oneLine(g.Role), oneLine(g.RequestedBy), oneLine(g.Reason), oneLine(by), until)
 	}
 	for _, l := range local.Grants {
 		if !seen[l.ID] {
@@ -211,7 +212,7 @@ func (c *bgClient) list(ctx context.Context) int {
 	}
 	tw.Flush()
 	if err != nil {
-		fmt.Fprintf(c.stderr, "agentd breakglass: %v (shown: the grants this agent approved)\n", err)
+		fmt.Fprintf(c.stderr, "agentd breakglass: %s (shown: the grants this agent approved)\n", shown(err.Error()))
 		return 1
 	}
 	return 0
