@@ -186,6 +186,13 @@ func TestBreakglassListUntil(t *testing.T) {
 		!lineHas(out.String(), "bg_st", "approved") {
 		t.Errorf("the vendor's text reached the terminal as it was:\n%q", out.String())
 	}
+	// A grant imsd calls approved that this agent never approved (imsd
+	// made it) is marked as imsd's word, and said not to be honoured; the
+	// agent's own are not marked.
+	if !lineHas(out.String(), "bg_live", "approved*") || lineHas(out.String(), "bg_lrev", "*") ||
+		!strings.Contains(out.String(), "* imsd says approved, but this agent approved no such grant") {
+		t.Errorf("grants imsd alone says are approved are not told apart:\n%s", out.String())
+	}
 	for _, id := range []string{"bg_rrev", "bg_lrev"} {
 		if lineHas(out.String(), id, "in ") || lineHas(out.String(), id, "2026-") {
 			t.Errorf("revoked grant %s shows an end still to come:\n%s", id, out.String())
