@@ -242,6 +242,9 @@ type Agent struct {
 	// offers are the update offers handed to OnUpdateOffer (session
 	// goroutine only).
 	offers map[string]bool
+	// offersInFlight counts the offers and withdrawals handed on whose
+	// handling has not ended (maxOffersInFlight).
+	offersInFlight atomic.Int32
 	// withdrawals are the offers handed to OnUpdateWithdrawal (session
 	// goroutine only).
 	withdrawals map[string]bool

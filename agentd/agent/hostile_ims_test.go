@@ -2,13 +2,20 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
 // A compromised imsd signs whatever it likes, a job's id included. The
@@ -109,5 +116,66 @@ func TestAgentReadsNoMessageOverItsBound(t *testing.T) {
 	}
 	if started, _ := rr.get(); len(started) > 0 && started[0] == "job_big" {
 		t.Fatalf("ran %q", started)
+	}
+}
+
+// A compromised imsd signs as many update offers as it likes, with any
+// id. One whose id is not an id (agentd keeps it in the state dir and
+// shows it in agentd update status) is ignored; and at most
+// maxOffersInFlight wait for the agent's decision at once (it decides
+// one at a time): more are ignored, not queued, until those end.
+func TestAgentBoundsUpdateOffers(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	now := time.Unix(1_800_000_000, 0)
+	handed := make(chan string, 100)
+	release := make(chan struct{})
+	a := &Agent{cfg: Config{Now: func() time.Time { return now },
+		OnUpdateOffer: func(_ context.Context, offerID, _ string, _ bool) {
+			handed <- offerID
+			<-release
+		}},
+		id:   identity.Identity{InstallID: "in1", AgentID: "ag1"},
+		keys: map[string]ed25519.PublicKey{agentproto.KeyID(pub): pub}, log: slog.New(slog.DiscardHandler)}
+	offer := func(id string) *agentv1.UpdateOffer {
+		c := agentproto.UpdateOfferClaims{KeyID: agentproto.KeyID(pub), InstallID: "in1", AgentID: "ag1", OfferID: id,
+			Release: "oci://r.example/byoc/agent@sha256:00", Expires: now.Add(time.Hour)}
+		return &agentv1.UpdateOffer{OfferId: id, Release: c.Release, KeyId: c.KeyID, ExpireUnixMs: c.Expires.UnixMilli(),
+			Signature: agentproto.SignUpdateOffer(priv, &c)}
+	}
+	a.updateOffer(t.Context(), offer("uo_\x1b]0;pwned\a"))
+	a.updateOffer(t.Context(), offer("../../uo"))
+	for i := range 50 {
+		a.updateOffer(t.Context(), offer(fmt.Sprintf("uo_%d", i)))
+	}
+	var got []string
+	for range maxOffersInFlight {
+		select {
+		case id := <-handed:
+			got = append(got, id)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("handed on %q, want %d offers", got, maxOffersInFlight)
+		}
+	}
+	select {
+	case id := <-handed:
+		t.Fatalf("handed on %s past the %d in flight (and %q)", id, maxOffersInFlight, got)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for _, id := range got {
+		if !strings.HasPrefix(id, "uo_") || strings.ContainsAny(id, "\x1b/") {
+			t.Fatalf("handed on offer %q", id)
+		}
+	}
+	// Once those are decided, an offer is taken again.
+	close(release)
+	eventually(t, "the offers in flight to end", func() bool { return a.offersInFlight.Load() == 0 })
+	a.updateOffer(t.Context(), offer("uo_next"))
+	select {
+	case id := <-handed:
+		if id != "uo_next" {
+			t.Fatalf("handed on %s, want uo_next", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an offer after the others ended was not handed on")
 	}
 }
