@@ -93,17 +93,19 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	defer cancel()
 	remote, err := fetchChain(ctx, client, id, now)
 	if err != nil {
-		fmt.Fprintf(stderr, "agentd audit compare: read imsd's chain of install %s from %s: %v\n", id.InstallID, *ims, err)
+		fmt.Fprintf(stderr, "agentd audit compare: read imsd's chain of install %s from %s: %s\n", id.InstallID, *ims, shown(err.Error()))
 		return 1
 	}
 	fmt.Fprintf(stdout, "the agent's copy (%s): %s; imsd's chain of install %s: %s\n", copyPath, plural.Count(len(local), "record"), id.InstallID, plural.Count(len(remote), "record"))
 	if d := auditlog.Compare(local, remote); d != nil {
-		fmt.Fprintf(stdout, "DISAGREE at record %d: %s: %s\n", d.Seq, d.What, d.Detail)
+		// The records' text is imsd's (kinds, subjects, data): shown,
+		// not obeyed, like every other text imsd sent.
+		fmt.Fprintf(stdout, "DISAGREE at record %d: %s: %s\n", d.Seq, d.What, shown(d.Detail))
 		if p := auditchain.Verify(remote); p != nil {
-			fmt.Fprintf(stdout, "imsd's chain does not verify: %v\n", p)
+			fmt.Fprintf(stdout, "imsd's chain does not verify: %s\n", shown(p.Error()))
 		}
 		if p := auditchain.Verify(local); p != nil {
-			fmt.Fprintf(stdout, "the agent's copy does not verify: %v\n", p)
+			fmt.Fprintf(stdout, "the agent's copy does not verify: %s\n", shown(p.Error()))
 		}
 		return 1
 	}
@@ -127,7 +129,7 @@ func verifyFile(w io.Writer, path, chain string, rs []auditchain.Record) bool {
 		return true
 	}
 	if p := auditchain.Verify(rs); p != nil {
-		fmt.Fprintf(w, "%s: record %d %s (%s)\n", path, p.Seq, p.What, p.Detail)
+		fmt.Fprintf(w, "%s: record %d %s (%s)\n", path, p.Seq, p.What, shown(p.Detail))
 		return true
 	}
 	last := rs[len(rs)-1]

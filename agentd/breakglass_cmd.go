@@ -168,7 +168,8 @@ func (c *bgClient) decide(ctx context.Context, d agentproto.BreakGlassDecision) 
 }
 
 func (c *bgClient) fail(err error) int {
-	fmt.Fprintf(c.stderr, "agentd breakglass: %v\n", err)
+	// The error may quote imsd's answer: shown, not obeyed.
+	fmt.Fprintf(c.stderr, "agentd breakglass: %s\n", shown(err.Error()))
 	return 1
 }
 
@@ -185,23 +186,30 @@ func (c *bgClient) list(ctx context.Context) int {
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tROLE\tREQUESTED BY\tREASON\tDECIDED BY\tUNTIL")
 	seen := map[string]bool{}
+	imsdOnly := false
 	for _, g := range remote {
 		seen[g.Id] = true
-		state, by, until := g.State, g.DecidedBy, ""
-		switch state {
+		state, by, until := oneLine(g.State), g.DecidedBy, ""
+		switch g.State {
 		case "pending":
 			until = "asks " + reltime.Duration(time.Duration(g.DurationSeconds)*time.Second) + "; request expires " + reltime.Since(now, g.RequestExpireTime.AsTime())
 		case "approved", "expired", "revoked":
-			until = untilText(state, now, stamp(g.ExpireTime), stamp(g.RevokeTime))
+			until = untilText(g.State, now, stamp(g.ExpireTime), stamp(g.RevokeTime))
 		}
 		// This agent's own record decides what it enforces.
 		if l, ok := local.Find(g.Id); ok {
 			state, by = localState(*l, now), l.ApprovedBy
 			until = untilText(state, now, l.ExpiresAt, l.RevokedAt)
+		} else if g.State == "approved" && lerr == nil {
+			// imsd says approved, but not this agent: a grant imsd made
+			// (or one this agent's file lost) is shown as imsd's word,
+			// never as one the agent honours.
+			state += "*"
+			imsdOnly = true
 		}
 		// Every field imsd sent is the vendor's to write: shown, not
 		// obeyed, so that a request cannot rewrite what you approve.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(g.Id), state, oneLine(g.Role), oneLine(g.RequestedBy), oneLine(g.Reason), oneLine(by), until)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(g.Id), oneLine(state), oneLine(g.Role), oneLine(g.RequestedBy), oneLine(g.Reason), oneLine(by), until)
 	}
 	for _, l := range local.Grants {
 		if !seen[l.ID] {
@@ -210,8 +218,11 @@ func (c *bgClient) list(ctx context.Context) int {
 		}
 	}
 	tw.Flush()
+	if imsdOnly {
+		fmt.Fprintf(c.stdout, "* imsd says approved, but this agent approved no such grant (%s): it does not honour it\n", permissions.GrantsPath(c.dir))
+	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "agentd breakglass: %v (shown: the grants this agent approved)\n", err)
+		fmt.Fprintf(c.stderr, "agentd breakglass: %s (shown: the grants this agent approved)\n", shown(err.Error()))
 		return 1
 	}
 	return 0

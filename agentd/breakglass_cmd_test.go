@@ -135,6 +135,8 @@ func TestBreakglassListUntil(t *testing.T) {
 		{Id: "bg_esc", State: "pending", Role: "admin\x1b[2K\x1b[1A", RequestedBy: "ops\x1b]52;c;ZWNobyBwd25lZA==\x07",
 			Reason:          "routine \x1b[8mhidden\x1b[0m \u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9",
 			DurationSeconds: 60, RequestExpireTime: ts(time.Minute)},
+		// A state that is not one (imsd's to write): shown, not obeyed.
+		{Id: "bg_st", State: "approved\x1b[1A\x1b[2K\x1b]52;c;ZWNobyBwd25lZA==\x07", Role: "r", ExpireTime: ts(time.Minute)},
 	}}
 	mux := http.NewServeMux()
 	mux.Handle(agentv1connect.NewAgentServiceHandler(srv))
@@ -180,8 +182,16 @@ func TestBreakglassListUntil(t *testing.T) {
 			t.Errorf("no line with %q in:\n%s", want, out.String())
 		}
 	}
-	if strings.ContainsAny(out.String(), "\x1b\a") || !utf8.ValidString(out.String()) || !lineHas(out.String(), "bg_esc", "pending", "admin", "routine") {
+	if strings.ContainsAny(out.String(), "\x1b\a") || !utf8.ValidString(out.String()) || !lineHas(out.String(), "bg_esc", "pending", "admin", "routine") ||
+		!lineHas(out.String(), "bg_st", "approved") {
 		t.Errorf("the vendor's text reached the terminal as it was:\n%q", out.String())
+	}
+	// A grant imsd calls approved that this agent never approved (imsd
+	// made it) is marked as imsd's word, and said not to be honoured; the
+	// agent's own are not marked.
+	if !lineHas(out.String(), "bg_live", "approved*") || lineHas(out.String(), "bg_lrev", "*") ||
+		!strings.Contains(out.String(), "* imsd says approved, but this agent approved no such grant") {
+		t.Errorf("grants imsd alone says are approved are not told apart:\n%s", out.String())
 	}
 	for _, id := range []string{"bg_rrev", "bg_lrev"} {
 		if lineHas(out.String(), id, "in ") || lineHas(out.String(), id, "2026-") {

@@ -90,7 +90,7 @@ func egressCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 			if e.Kind == "dropped" {
 				sum = fmt.Sprintf("(%d entries not recorded: the disk did not take them)", e.Count)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Time.UTC().Format(time.RFC3339Nano), e.Kind, e.Size, cmpOr(job, "-"), sum)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Time.UTC().Format(time.RFC3339Nano), shown(e.Kind), e.Size, cmpOr(shown(job), "-"), sum)
 		}
 		tw.Flush()
 		return 0
@@ -136,12 +136,16 @@ func cmpOr(s, def string) string {
 // said on stderr.
 func commandClient(dir, installID, ims string, stderr io.Writer) (agentv1connect.AgentServiceClient, func()) {
 	url := strings.TrimRight(ims, "/")
+	// imsd decides how large its answers are: read no more of one than
+	// the agent does.
+	opts := []connect.ClientOption{connect.WithReadMaxBytes(agent.MaxReceiveBytes)}
 	l, err := ledger.Open(dir, ledger.Options{Install: installID, NoRotate: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd: warning: this call goes unrecorded in the egress ledger: %v\n", err)
-		return agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), url), func() {}
+		return agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), url, opts...), func() {}
 	}
-	return agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), url, connect.WithInterceptors(agent.LedgerInterceptor(l))), func() {
+	opts = append(opts, connect.WithInterceptors(agent.LedgerInterceptor(l)))
+	return agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), url, opts...), func() {
 		if err := l.Close(); err != nil {
 			fmt.Fprintf(stderr, "agentd: warning: egress ledger: %v\n", err)
 		}

@@ -56,3 +56,23 @@ func TestEgressListAndStats(t *testing.T) {
 		t.Fatalf("no state dir:\n%s", out)
 	}
 }
+
+// A job's id in the ledger is imsd's (a compromised imsd signs any): an
+// id carrying escape sequences, which the agent refused and reported
+// under it, is shown, never obeyed, by agentd egress list.
+func TestEgressListShowsNoEscape(t *testing.T) {
+	dir := t.TempDir()
+	l, err := ledger.Open(dir, ledger.Options{Install: "ins_1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.RecordBytes("result", "job_\x1b]52;c;cm0gLXJmIC8=\a\x1b[2K", []byte("12345"))
+	l.Close()
+	var out, errOut bytes.Buffer
+	if code := egressCmd([]string{"list", "--state-dir", dir}, &out, &errOut, time.Now); code != 0 {
+		t.Fatalf("agentd egress list: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	if strings.ContainsAny(out.String(), "\x1b\a") || !lineHas(out.String(), "result", "job_") {
+		t.Fatalf("the job id reached the terminal as it was:\n%q", out.String())
+	}
+}

@@ -17,7 +17,7 @@ import (
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
-const policyUsage = `usage: agentd policy --state-dir DIR supply-chain [--require-signature|--no-require-signature] [--mode refuse|warn] [--key FILE]... [--no-keys]
+const policyUsage = `usage: agentd policy --state-dir DIR supply-chain [--require-signature|--no-require-signature] [--mode refuse|warn] [--key FILE]... [--no-keys] [--no-imsd-keys|--imsd-keys]
     [--require-attestation slsa-provenance[:level>=N]|sbom]... [--no-require-attestations]
     [--deny-vulnerabilities low|medium|high|critical|none] [--warn-on RULE]... [--no-warn-on]
     [--identity issuer=URL,subject=REGEX]... [--no-identities] [--trusted-root FILE]
@@ -30,7 +30,9 @@ an image, helm or terraform component, that the artifact's digest carries
 a signature by imsd's keys the agent pinned at enrolment (or a --key), or
 a keyless signature by an --identity; in mode refuse (the default) a job
 without one fails before its plugin runs, in mode warn it is logged and
-audited and runs.
+audited and runs. --no-imsd-keys trusts your --key keys and --identity
+signers only: a signature or attestation by imsd's key (which whoever
+holds imsd can make) then counts for nothing.
 
 --require-attestation requires an in-toto attestation attached to the
 artifact and signed by a trusted key: SLSA provenance (the build agent's;
@@ -69,6 +71,8 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 	var keys keyFiles
 	fs.Var(&keys, "key", "a further trusted Ed25519 public key `file` (PEM PUBLIC KEY or base64); repeatable; replaces the keys set before")
 	noKeys := fs.Bool("no-keys", false, "trust imsd's pinned keys only")
+	noIMSDKeys := fs.Bool("no-imsd-keys", false, "trust your --key keys and --identity signers only, not imsd's keys: what a compromised imsd signs then passes no rule")
+	imsdKeys := fs.Bool("imsd-keys", false, "trust imsd's pinned keys again (the default)")
 	var attests keyFiles
 	fs.Var(&attests, "require-attestation", "an attestation every artifact must carry: slsa-provenance, slsa-provenance:level>=N or sbom; repeatable; replaces the ones set before")
 	noAttests := fs.Bool("no-require-attestations", false, "require no attestation")
@@ -100,6 +104,10 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 		fmt.Fprintln(stderr, "agentd policy supply-chain: give --key or --no-keys, not both")
 		return 2
 	}
+	if *noIMSDKeys && *imsdKeys {
+		fmt.Fprintln(stderr, "agentd policy supply-chain: give --no-imsd-keys or --imsd-keys, not both")
+		return 2
+	}
 	if len(warnOn) > 0 && *noWarnOn {
 		fmt.Fprintln(stderr, "agentd policy supply-chain: give --warn-on or --no-warn-on, not both")
 		return 2
@@ -113,8 +121,11 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 		fmt.Fprintf(stderr, "agentd policy supply-chain: %v\n", err)
 		return 1
 	}
-	if *require || *noRequire || *mode != "" || len(keys) > 0 || *noKeys || len(attests) > 0 || *noAttests || *denyVulns != "" || len(warnOn) > 0 || *noWarnOn || len(idents) > 0 || *noIdents || *trustedRoot != "" {
+	if *require || *noRequire || *mode != "" || len(keys) > 0 || *noKeys || len(attests) > 0 || *noAttests || *denyVulns != "" || len(warnOn) > 0 || *noWarnOn || len(idents) > 0 || *noIdents || *trustedRoot != "" || *noIMSDKeys || *imsdKeys {
 		p := st.SupplyChain
+		if *noIMSDKeys || *imsdKeys {
+			p.NoIMSDKeys = *noIMSDKeys
+		}
 		if len(idents) > 0 || *noIdents {
 			p.Identities = slices.Clone([]string(idents))
 		}
@@ -182,7 +193,7 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 		}
 	}
 	fmt.Fprintf(stdout, "Supply-chain policy of the agent in %s: %s\n", dir, st.SupplyChain)
-	if id, err := identity.Load(dir); err == nil {
+	if id, err := identity.Load(dir); err == nil && !st.SupplyChain.NoIMSDKeys {
 		for _, k := range id.IMSDKeys {
 			fmt.Fprintf(stdout, "  trusted: imsd key %s (pinned at enrolment)\n", agentproto.KeyID(k))
 		}

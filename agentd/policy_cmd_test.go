@@ -56,6 +56,18 @@ func TestPolicySupplyChain(t *testing.T) {
 	if code, out := cmd("supply-chain", "--mode", "warn"); code != 0 || !strings.Contains(out, "otherwise warn") {
 		t.Fatalf("warn: %d %s", code, out)
 	}
+	// Only the customer's own keys, not imsd's (a compromised imsd signs
+	// with those): shown so, and never with no key at all.
+	if code, out := cmd("supply-chain", "--no-imsd-keys"); code != 0 || !strings.Contains(out, "(by 1 key(s) of yours, not imsd's)") ||
+		strings.Contains(out, "imsd key ") {
+		t.Fatalf("--no-imsd-keys: %d %s", code, out)
+	}
+	if code, out := cmd("supply-chain", "--no-keys"); code != 2 || !strings.Contains(out, "nothing would be trusted") {
+		t.Fatalf("--no-keys under --no-imsd-keys: %d %s", code, out)
+	}
+	if code, out := cmd("supply-chain", "--imsd-keys"); code != 0 || !strings.Contains(out, "by imsd's pinned keys and 1 further key(s)") {
+		t.Fatalf("--imsd-keys: %d %s", code, out)
+	}
 	if code, out := cmd("supply-chain", "--mode", "maybe"); code != 2 || !strings.Contains(out, `--mode "maybe": want refuse or warn`) {
 		t.Fatalf("bad mode: %d %s", code, out)
 	}

@@ -442,6 +442,18 @@ func TestIMSCannotMintAGrant(t *testing.T) {
 	if g := grantOf(t, c, id); g.State != "approved" || g.Signed {
 		t.Fatalf("the forged grant as imsd shows it: %v", g)
 	}
+	// The customer's list shows it as imsd's word, not a grant the agent
+	// honours.
+	out, code := breakglass(t, acme.StateDir, "list")
+	starred := false
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == id {
+			starred = f[1] == "approved*"
+		}
+	}
+	if code != 0 || !starred || !strings.Contains(out, "this agent approved no such grant") {
+		t.Fatalf("agentd breakglass list of a grant imsd minted: exit %d\n%s", code, out)
+	}
 	mark := marker()
 	j := enqueueMode(t, c, "acme", "break_glass", "echo RAN; sleep "+mark)
 	// Running is the ack, before the agent's own check of the grant: wait

@@ -119,6 +119,18 @@ type Outcome struct {
 	Verifications []ArtifactVerification
 }
 
+// MaxReceiveBytes is the most the agent reads of one message from imsd
+// (after decompression): imsd's largest, a page of 1,000 audit records,
+// is far below it. imsd decides what it sends, and a message without a
+// bound (a gzip bomb is a few kilobytes on the wire) would take the
+// agent's memory; a larger one ends the stream, unread.
+const MaxReceiveBytes = 128 << 20
+
+// clientOptions are the options of the agent's client of imsd.
+func clientOptions(cfg Config) []connect.ClientOption {
+	return append(ledgerInterceptor(cfg.Ledger), connect.WithReadMaxBytes(cfg.MaxReceiveBytes))
+}
+
 // Config is everything the agent needs.
 type Config struct {
 	IMSURL      string
@@ -143,6 +155,9 @@ type Config struct {
 	// confirm them (default 100000); beyond it the oldest unsent lines are
 	// dropped and a system line says how many.
 	MaxBufferedLines int
+	// MaxReceiveBytes bounds one message read from imsd (default
+	// MaxReceiveBytes): a larger one ends the stream unread.
+	MaxReceiveBytes int
 	// Now is the clock (default time.Now). Leases are counted on both the
 	// monotonic and the wall reading of what it returns.
 	Now func() time.Time
@@ -227,6 +242,9 @@ type Agent struct {
 	// offers are the update offers handed to OnUpdateOffer (session
 	// goroutine only).
 	offers map[string]bool
+	// offersInFlight counts the offers and withdrawals handed on whose
+	// handling has not ended (maxOffersInFlight).
+	offersInFlight atomic.Int32
 	// withdrawals are the offers handed to OnUpdateWithdrawal (session
 	// goroutine only).
 	withdrawals map[string]bool
@@ -327,6 +345,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.MaxBufferedLines == 0 {
 		cfg.MaxBufferedLines = 100000
 	}
+	if cfg.MaxReceiveBytes <= 0 {
+		cfg.MaxReceiveBytes = MaxReceiveBytes
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -337,7 +358,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		shells:      make(map[string]*shellSession),
 		shellOut:    make(chan *agentv1.ConnectRequest, 64),
 		cfg:         cfg,
-		client:      agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/"), ledgerInterceptor(cfg.Ledger)...),
+		client:      agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/"), clientOptions(cfg)...),
 		log:         cfg.Logger,
 		tokenClient: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		jobs:        make(map[string]*jobRun),

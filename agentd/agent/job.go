@@ -178,6 +178,11 @@ func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) (map[string]any,
 	if as.InstallId != a.id.InstallID {
 		return nil, fmt.Errorf("it is for install %q and this agent belongs to install %q", as.InstallId, a.id.InstallID)
 	}
+	// imsd's signature says imsd sent it, not that it is safe to use as
+	// a name on this machine.
+	if err := checkJobID(as.JobId); err != nil {
+		return nil, err
+	}
 	config := as.GetConfig().AsMap()
 	digest, err := agentproto.ConfigDigest(config)
 	if err != nil {

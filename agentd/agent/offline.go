@@ -66,6 +66,9 @@ func (a *Agent) CheckOffline(j *agentproto.BundleJob) error {
 	if j.InstallID != a.id.InstallID {
 		return fmt.Errorf("job %s (step %s) is for install %q and this agent belongs to install %q", j.JobID, j.Step, j.InstallID, a.id.InstallID)
 	}
+	if err := checkJobID(j.JobID); err != nil {
+		return fmt.Errorf("step %s: %w", j.Step, err)
+	}
 	_, err := j.Verify(a.keys, a.id.AgentID, a.now())
 	return err
 }

@@ -306,6 +306,14 @@ const redactHold = 100 * time.Millisecond
 
 // Run implements Runner.
 func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, string)) Outcome {
+	if err := checkJobID(job.ID); err != nil {
+		// The agent refuses such an assignment; a runner used on its own
+		// refuses it too, before the id names a directory.
+		if rawLog != nil {
+			rawLog(StreamSystem, "[agentd] "+err.Error())
+		}
+		return Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: err.Error()}
+	}
 	secretValues := make([]string, 0, len(r.Secrets)+len(r.Redact))
 	for _, v := range r.Secrets {
 		secretValues = append(secretValues, v)

@@ -17,6 +17,24 @@ import (
 // little more, but never anything that leaves StateRoot.
 var componentName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
 
+// plainID is what the agent accepts as a job's id: imsd's ids (job_ and
+// lower-case base32) and a little more, but never a path. The id names
+// the job's workspace (removed before and after the run), the local copy
+// of its log and its saved plan's directory: "../../x" would have the
+// agent remove, create and hand to the plugin a directory outside its
+// own, and a control character would reach the customer's terminal
+// (agentd egress list).
+// The same holds for an update offer's id (checkOfferID).
+var plainID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// checkJobID says why id cannot be a job's id, or nil.
+func checkJobID(id string) error {
+	if !plainID.MatchString(id) {
+		return fmt.Errorf("job id %q is not an id (want at most 128 letters, digits, _, . and -, starting with a letter or digit)", id)
+	}
+	return nil
+}
+
 // stateLockWait bounds the interval between two tries for a component's
 // state lock held by another job.
 const stateLockWait = time.Second

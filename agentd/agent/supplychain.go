@@ -54,12 +54,15 @@ func (a *Agent) supplyChain() (permissions.SupplyChainPolicy, []ed25519.PublicKe
 		return permissions.SupplyChainPolicy{}, nil, err
 	}
 	p := st.SupplyChain
-	a.mu.Lock()
-	keys := make([]ed25519.PublicKey, 0, len(a.keys))
-	for _, id := range slices.Sorted(maps.Keys(a.keys)) {
-		keys = append(keys, a.keys[id])
+	var keys []ed25519.PublicKey
+	if !p.NoIMSDKeys {
+		a.mu.Lock()
+		keys = make([]ed25519.PublicKey, 0, len(a.keys))
+		for _, id := range slices.Sorted(maps.Keys(a.keys)) {
+			keys = append(keys, a.keys[id])
+		}
+		a.mu.Unlock()
 	}
-	a.mu.Unlock()
 	extra, err := p.PublicKeys()
 	if err != nil {
 		return p, nil, fmt.Errorf("supply-chain policy: %w", err)

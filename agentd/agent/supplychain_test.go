@@ -3,6 +3,7 @@ package agent
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +154,59 @@ func TestSupplyChainSignAndEnforce(t *testing.T) {
 	j := job("action", "source", unsigned)
 	if _, err := r.checkSupplyChain(ctx, j, map[string]any{}, log); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A compromised imsd holds imsd's signing key and signs whatever it
+// deploys. With --no-imsd-keys the customer's policy trusts only the
+// customer's own keys: an image imsd's key signed is refused, one signed
+// by the customer's key passes.
+func TestSupplyChainWithoutIMSDKeys(t *testing.T) {
+	reg, env, repo := vendorRegistry(t)
+	ctx := t.Context()
+	rr := &runRecorder{release: make(chan struct{})}
+	defer close(rr.release)
+	f := &fakeIMS{}
+	dir := t.TempDir()
+	a, _ := startFakeIn(t, f, rr, dir, nil)
+	ownPub, own, _ := ed25519.GenerateKey(rand.Reader)
+	r := &PluginRunner{InstallRegistry: "http://" + reg.Host, journal: func(string, string, map[string]string) {}}
+	log := func(int32, string) {}
+	push := func(seed uint64, k ed25519.PrivateKey) string {
+		d, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: seed, Layers: []int64{64}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ArtifactKey = k
+		if err := r.signBuild(ctx, Job{ComponentType: BuildType, Operation: sdk.OpApply, registryEnv: env},
+			map[string]string{"repository": "acme/web", "digest": d.Digest.String()}, time.Now(), log); err != nil {
+			t.Fatal(err)
+		}
+		return d.Digest.String()
+	}
+	byIMSD, byCustomer := push(1, f.key), push(2, own)
+	check := func(dg string) error {
+		_, err := r.checkSupplyChain(ctx, Job{ID: "j1", Component: "web", ComponentType: "image", Operation: sdk.OpPlan, registryEnv: env,
+			SupplyChain: a.supplyChain}, map[string]any{"source": "acme/web@" + dg}, log)
+		return err
+	}
+	set := func(noIMSD bool) {
+		t.Helper()
+		if _, err := permissions.Update(dir, time.Now(), "alice", func(s *permissions.State) {
+			s.SupplyChain = permissions.SupplyChainPolicy{RequireSignature: true, Keys: []string{base64.StdEncoding.EncodeToString(ownPub)}, NoIMSDKeys: noIMSD}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(false)
+	if err := check(byIMSD); err != nil {
+		t.Fatalf("signed by imsd's key, imsd's keys trusted: %v", err)
+	}
+	set(true)
+	if err := check(byIMSD); err == nil || !strings.Contains(err.Error(), "(not trusted)") {
+		t.Fatalf("signed by imsd's key under --no-imsd-keys: %v", err)
+	}
+	if err := check(byCustomer); err != nil {
+		t.Fatalf("signed by the customer's key under --no-imsd-keys: %v", err)
 	}
 }

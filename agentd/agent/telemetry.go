@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -89,15 +90,59 @@ func telemetryProto(t permissions.TelemetrySetting) *agentv1.TelemetrySetting {
 }
 
 // telemetryHidden are the paths the collector never reads as logs: the
-// agent's state directory and what the plugins' sandbox hides (its
-// secrets file, policy directory, the stack's files, signing files).
+// agent's state directory, what the plugins' sandbox hides (its secrets
+// file, policy directory, the stack's files, signing files), and the
+// credentials the agent's machine holds for it (credentialPaths): the
+// vendor's telemetry declaration names the files read, and imsd sends it.
 func telemetryHidden(cfg Config) []string {
 	var out []string
 	if abs, err := filepath.Abs(cfg.StateDir); err == nil && cfg.StateDir != "" {
 		out = append(out, abs)
 	}
+	kubeconfig := ""
 	if r, ok := cfg.Runner.(*PluginRunner); ok {
 		out = append(out, r.SandboxHidden...)
+		kubeconfig = r.Kubeconfig
+	}
+	home, _ := os.UserHomeDir()
+	return append(out, credentialPaths(kubeconfig, os.Getenv, home)...)
+}
+
+// credentialEnv name the files of credentials the cloud SDKs, kubectl
+// and docker read from the environment.
+var credentialEnv = []string{"KUBECONFIG", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+	"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_FEDERATED_TOKEN_FILE",
+	"AZURE_CLIENT_CERTIFICATE_PATH", "DOCKER_CONFIG", "CLOUDSDK_CONFIG"}
+
+// credentialPaths are the files and directories of credentials on the
+// agent's machine: the kubeconfig of the helm type's cluster (agentd
+// --kubeconfig), those its environment names (credentialEnv), the
+// service account and workload identity tokens of a pod
+// (/var/run/secrets), and the agent user's cloud, cluster, registry and
+// SSH credentials under home. None is a log; each would give whoever
+// reads it the agent's own access to the cloud or the cluster.
+func credentialPaths(kubeconfig string, getenv func(string) string, home string) []string {
+	var out []string
+	add := func(p string) {
+		if p == "" {
+			return
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			out = append(out, abs)
+		}
+	}
+	add(kubeconfig)
+	for _, name := range credentialEnv {
+		for _, p := range filepath.SplitList(getenv(name)) {
+			add(p)
+		}
+	}
+	add("/var/run/secrets")
+	add("/run/secrets")
+	if home != "" && home != "/" {
+		for _, d := range []string{".aws", ".azure", ".config/gcloud", ".kube", ".docker", ".ssh"} {
+			add(filepath.Join(home, d))
+		}
 	}
 	return out
 }

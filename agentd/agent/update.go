@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -52,6 +53,10 @@ func (a *Agent) updateOffer(ctx context.Context, o *agentv1.UpdateOffer) {
 	if a.cfg.OnUpdateOffer == nil {
 		return
 	}
+	if err := checkOfferID(o.OfferId); err != nil {
+		a.log.Error("ignoring an agent update offer", "reason", err)
+		return
+	}
 	if a.offers[o.OfferId] {
 		if r := a.updateReport(); r == nil || r.ConfirmOfferId != o.OfferId {
 			return
@@ -63,12 +68,50 @@ func (a *Agent) updateOffer(ctx context.Context, o *agentv1.UpdateOffer) {
 		a.log.Error("ignoring an agent update offer", "offer", o.OfferId, "release", o.Release, "reason", err)
 		return
 	}
-	if a.offers == nil {
+	if !a.takeOffer("an agent update offer", o.OfferId) {
+		return
+	}
+	if a.offers == nil || len(a.offers) >= maxOffersRemembered {
 		a.offers = map[string]bool{}
 	}
 	a.offers[o.OfferId] = true
 	a.log.Info("imsd offers an agent release", "offer", o.OfferId, "release", o.Release, "confirm", o.Confirm)
-	go a.cfg.OnUpdateOffer(ctx, o.OfferId, o.Release, o.Confirm)
+	go func() {
+		defer a.offersInFlight.Add(-1)
+		a.cfg.OnUpdateOffer(ctx, o.OfferId, o.Release, o.Confirm)
+	}()
+}
+
+// maxOffersInFlight bounds the offers and withdrawals handed on whose
+// handling has not ended (agentd takes them one at a time): imsd decides
+// how many it sends, and each waiting one holds a goroutine. One past
+// the bound is ignored, not remembered: imsd sends it again until the
+// agent's report answers it. maxOffersRemembered bounds the offer ids
+// remembered as handed on; past it they are forgotten (an offer decided
+// already is left as decided: agentd's applyOffer).
+const (
+	maxOffersInFlight   = 8
+	maxOffersRemembered = 1024
+)
+
+// takeOffer counts an offer or withdrawal (what) of offer id as in
+// flight, or says no when maxOffersInFlight are.
+func (a *Agent) takeOffer(what, id string) bool {
+	if a.offersInFlight.Add(1) > maxOffersInFlight {
+		a.offersInFlight.Add(-1)
+		a.log.Warn("ignoring "+what+": imsd sends them faster than the agent decides them", "offer", id, "in_flight", maxOffersInFlight)
+		return false
+	}
+	return true
+}
+
+// checkOfferID says why id cannot be an offer's id (it is the vendor's
+// word, kept in the state dir and shown by agentd update status), or nil.
+func checkOfferID(id string) error {
+	if !plainID.MatchString(id) {
+		return fmt.Errorf("offer id %q is not an id (want at most 128 letters, digits, _, . and -, starting with a letter or digit)", id)
+	}
+	return nil
 }
 
 // ReportNow sends a heartbeat, with the update report, as soon as the
@@ -85,16 +128,26 @@ func (a *Agent) updateWithdrawal(ctx context.Context, w *agentv1.UpdateWithdrawa
 	if a.cfg.OnUpdateWithdrawal == nil || a.withdrawals[w.OfferId] {
 		return
 	}
+	if err := checkOfferID(w.OfferId); err != nil {
+		a.log.Error("ignoring the withdrawal of an agent update offer", "reason", err)
+		return
+	}
 	c := agentproto.UpdateWithdrawalClaims{KeyID: w.KeyId, InstallID: a.id.InstallID, AgentID: a.id.AgentID, OfferID: w.OfferId,
 		Expires: time.UnixMilli(w.ExpireUnixMs)}
 	if err := agentproto.VerifyUpdateWithdrawal(a.keys, &c, w.Signature, a.now()); err != nil {
 		a.log.Error("ignoring the withdrawal of an agent update offer", "offer", w.OfferId, "reason", err)
 		return
 	}
-	if a.withdrawals == nil {
+	if !a.takeOffer("the withdrawal of an agent update offer", w.OfferId) {
+		return
+	}
+	if a.withdrawals == nil || len(a.withdrawals) >= maxOffersRemembered {
 		a.withdrawals = map[string]bool{}
 	}
 	a.withdrawals[w.OfferId] = true
 	a.log.Info("imsd withdraws an agent update offer", "offer", w.OfferId)
-	go a.cfg.OnUpdateWithdrawal(ctx, w.OfferId)
+	go func() {
+		defer a.offersInFlight.Add(-1)
+		a.cfg.OnUpdateWithdrawal(ctx, w.OfferId)
+	}()
 }

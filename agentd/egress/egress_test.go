@@ -330,3 +330,19 @@ func TestDenials(t *testing.T) {
 		}
 	}
 }
+
+// CredentialEndpoint, what the agent's telemetry scrapes never reach:
+// the metadata and credentials services and link-local addresses in every
+// form Check knows; loopback and the customer's network are not refused
+// (metrics endpoints may be there).
+func TestCredentialEndpoint(t *testing.T) {
+	for addr, refused := range map[string]bool{
+		"169.254.169.254": true, "::ffff:169.254.169.254": true, "64:ff9b::a9fe:a9fe": true, "2002:a9fe:a9fe::1": true,
+		"fd00:ec2::254": true, "169.254.170.2": true, "100.100.100.200": true, "169.254.1.1": true, "fe80::1": true,
+		"127.0.0.1": false, "::1": false, "10.0.0.5": false, "192.168.1.10": false, "2001:db8::1": false,
+	} {
+		if got := egress.CredentialEndpoint(netip.MustParseAddr(addr)); (got != "") != refused {
+			t.Errorf("CredentialEndpoint(%s) = %q, want refused %v", addr, got, refused)
+		}
+	}
+}

@@ -23,22 +23,25 @@ import (
 var alwaysDenied = []struct {
 	prefix netip.Prefix
 	rule   string
+	// credential marks the cloud's credentials services and link-local
+	// addresses (CredentialEndpoint).
+	credential bool
 }{
-	{netip.MustParsePrefix("169.254.169.254/32"), "instance metadata service (169.254.169.254)"},
-	{netip.MustParsePrefix("169.254.170.2/32"), "container credentials endpoint (169.254.170.2)"},
-	{netip.MustParsePrefix("169.254.170.23/32"), "EKS pod identity endpoint (169.254.170.23)"},
-	{netip.MustParsePrefix("fd00:ec2::254/128"), "instance metadata service (fd00:ec2::254)"},
-	{netip.MustParsePrefix("fd00:ec2::23/128"), "EKS pod identity endpoint (fd00:ec2::23)"},
-	{netip.MustParsePrefix("100.100.100.200/32"), "instance metadata service (100.100.100.200)"},
-	{netip.MustParsePrefix("127.0.0.0/8"), "loopback (127.0.0.0/8)"},
-	{netip.MustParsePrefix("::1/128"), "loopback (::1)"},
-	{netip.MustParsePrefix("169.254.0.0/16"), "link-local (169.254.0.0/16)"},
-	{netip.MustParsePrefix("fe80::/10"), "link-local (fe80::/10)"},
-	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified (0.0.0.0/8)"},
-	{netip.MustParsePrefix("::/128"), "unspecified (::)"},
-	{netip.MustParsePrefix("224.0.0.0/4"), "multicast (224.0.0.0/4)"},
-	{netip.MustParsePrefix("ff00::/8"), "multicast (ff00::/8)"},
-	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast (255.255.255.255)"},
+	{netip.MustParsePrefix("169.254.169.254/32"), "instance metadata service (169.254.169.254)", true},
+	{netip.MustParsePrefix("169.254.170.2/32"), "container credentials endpoint (169.254.170.2)", true},
+	{netip.MustParsePrefix("169.254.170.23/32"), "EKS pod identity endpoint (169.254.170.23)", true},
+	{netip.MustParsePrefix("fd00:ec2::254/128"), "instance metadata service (fd00:ec2::254)", true},
+	{netip.MustParsePrefix("fd00:ec2::23/128"), "EKS pod identity endpoint (fd00:ec2::23)", true},
+	{netip.MustParsePrefix("100.100.100.200/32"), "instance metadata service (100.100.100.200)", true},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback (127.0.0.0/8)", false},
+	{netip.MustParsePrefix("::1/128"), "loopback (::1)", false},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local (169.254.0.0/16)", true},
+	{netip.MustParsePrefix("fe80::/10"), "link-local (fe80::/10)", true},
+	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified (0.0.0.0/8)", false},
+	{netip.MustParsePrefix("::/128"), "unspecified (::)", false},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast (224.0.0.0/4)", false},
+	{netip.MustParsePrefix("ff00::/8"), "multicast (ff00::/8)", false},
+	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast (255.255.255.255)", false},
 }
 
 // embedded4 are IPv6 prefixes that carry an IPv4 address in their last
@@ -87,25 +90,8 @@ func (p *Policy) Check(ap netip.AddrPort) (ok bool, rule string) {
 	if !addr.IsValid() {
 		return false, "not an address"
 	}
-	if r := denied(addr); r != "" {
+	if r := inEveryForm(addr, denied); r != "" {
 		return false, r
-	}
-	if addr.Is6() {
-		if sixToFour.Contains(addr) {
-			b := addr.As16()
-			if r := denied(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})); r != "" {
-				return false, r + " embedded in " + sixToFour.String()
-			}
-		}
-		for _, e := range embedded4 {
-			if e.Contains(addr) {
-				b := addr.As16()
-				v4 := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
-				if r := denied(v4); r != "" {
-					return false, r + " embedded in " + e.String()
-				}
-			}
-		}
 	}
 	if p == nil {
 		return true, ""
@@ -122,6 +108,60 @@ func (p *Policy) Check(ap netip.AddrPort) (ok bool, rule string) {
 		return false, "port not in --sandbox-egress-port"
 	}
 	return true, ""
+}
+
+// inEveryForm is rule(addr), or rule of the IPv4 address addr carries
+// embedded (6to4, IPv4-compatible, IPv4-translated, NAT64); "" when
+// neither has a rule. addr is unmapped and without a zone.
+func inEveryForm(addr netip.Addr, rule func(netip.Addr) string) string {
+	if r := rule(addr); r != "" {
+		return r
+	}
+	if !addr.Is6() {
+		return ""
+	}
+	if sixToFour.Contains(addr) {
+		b := addr.As16()
+		if r := rule(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})); r != "" {
+			return r + " embedded in " + sixToFour.String()
+		}
+	}
+	for _, e := range embedded4 {
+		if e.Contains(addr) {
+			b := addr.As16()
+			if r := rule(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})); r != "" {
+				return r + " embedded in " + e.String()
+			}
+		}
+	}
+	return ""
+}
+
+// CredentialEndpoint says why a is the cloud's instance metadata or
+// credentials service, or another link-local address, in any form Check
+// knows ("" when it is none): what the agent's own telemetry scrapes
+// never reach, whatever the vendor's declaration names. Unlike Check it
+// allows loopback and every other address: the customer's metrics
+// endpoints may be on this machine.
+func CredentialEndpoint(a netip.Addr) string {
+	a = a.WithZone("")
+	if a.Is4In6() {
+		a = a.Unmap()
+	}
+	if !a.IsValid() {
+		return "not an address"
+	}
+	return inEveryForm(a, func(a netip.Addr) string {
+		for _, d := range alwaysDenied {
+			if d.credential && d.prefix.Contains(a) {
+				return d.rule
+			}
+		}
+		if a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() {
+			return "link-local"
+		}
+		return ""
+	})
 }
 
 func denied(a netip.Addr) string {

@@ -44,6 +44,10 @@ type SupplyChainPolicy struct {
 	// Keys are further trusted Ed25519 public keys (base64 of the 32
 	// bytes), such as a vendor's own build signing key.
 	Keys []string `json:"keys,omitempty"`
+	// NoIMSDKeys trusts Keys and Identities only, not imsd's keys: what
+	// imsd's key signed (so what anyone holding imsd, its keys included,
+	// signs) passes no rule.
+	NoIMSDKeys bool `json:"no_imsd_keys,omitempty"`
 	// RequireAttestations are attestations every such artifact must
 	// carry, signed by a trusted key (internal/attest): "slsa-provenance"
 	// (optionally "slsa-provenance:level>=N", the SLSA Build level) or
@@ -197,6 +201,9 @@ func (p SupplyChainPolicy) Check() error {
 	if _, _, err := p.KeylessTrust(); err != nil {
 		return err
 	}
+	if p.NoIMSDKeys && len(p.Keys) == 0 && len(p.Identities) == 0 {
+		return errors.New("no-imsd-keys: with no key of your own (--key) and no identity (--identity), nothing would be trusted")
+	}
 	_, err := p.PublicKeys()
 	return err
 }
@@ -224,7 +231,10 @@ func (p SupplyChainPolicy) String() string {
 		mode = SupplyChainRefuse
 	}
 	keys := "imsd's pinned keys"
-	if len(p.Keys) > 0 {
+	switch {
+	case p.NoIMSDKeys:
+		keys = fmt.Sprintf("%d key(s) of yours, not imsd's", len(p.Keys))
+	case len(p.Keys) > 0:
 		keys += fmt.Sprintf(" and %d further key(s)", len(p.Keys))
 	}
 	var rules []string

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +22,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/byoc-dev/byoc/agentd/egress"
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -82,6 +85,21 @@ func (c *Collector) init() {
 		// proxy the agent reaches imsd by.
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.Proxy = nil
+		// The vendor's declaration names the URLs: never the cloud's
+		// metadata service (the machine's credentials) or another
+		// link-local address, checked on the address dialled, so a name
+		// resolving there or a redirect leading there is refused too.
+		d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("telemetry: dial %s: %w", address, err)
+			}
+			if rule := egress.CredentialEndpoint(ap.Addr()); rule != "" {
+				return fmt.Errorf("telemetry: %s is refused (%s): the agent never scrapes metrics there, whatever the app's declaration names", address, rule)
+			}
+			return nil
+		}}
+		t.DialContext = d.DialContext
 		c.client = &http.Client{Transport: t, Timeout: 10 * time.Second}
 		c.due, c.offsets, c.errs = map[string]time.Time{}, map[string]int64{}, map[string]string{}
 		if c.Now == nil {
