@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/internal/proctest"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -193,7 +195,7 @@ func TestTerraformCancelMidApply(t *testing.T) {
 	stateDir := t.TempDir()
 	// The module is read from a directory on the agent (module_dir, for
 	// development): the customer lets plugins read it.
-	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), stateDir, "--terraform-providers", mirror, "--cancel-grace", "45s",
+	agent := cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), stateDir, "--terraform-providers", mirror, "--cancel-grace", "45s",
 		"--sandbox-read-only", module)
 
 	cli.Run(0, "install", "provision", "acme")
@@ -216,10 +218,30 @@ func TestTerraformCancelMidApply(t *testing.T) {
 	// Terraform logs "Creating..." just before it calls the provider; see
 	// the plugin's TestCancelMidApply.
 	time.Sleep(2 * time.Second)
+	// Terraform and its providers, under the agent: none may outlive
+	// the cancel (terraform-exec runs them in a process group of their
+	// own; agentd ends every group of the plugin's session).
+	tfProcs := map[int]string{}
+	for _, pid := range proctest.Descendants(agent.Cmd.Process.Pid) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "terraform") {
+			tfProcs[pid] = strings.TrimSpace(string(comm))
+		}
+	}
+	if len(tfProcs) < 2 {
+		t.Fatalf("terraform and its providers under the agent: %v, want terraform and at least one provider", tfProcs)
+	}
 	cancelled := time.Now()
 	cli.Run(0, "job", "cancel", job, "--reason", "test cancel")
 	j := cluster.WaitJob(t, c, job, time.Minute, imsv1.JobState_JOB_STATE_CANCELLED)
 	t.Logf("job cancelled %s after the request", time.Since(cancelled).Round(time.Millisecond))
+	cluster.Eventually(t, 10*time.Second, "terraform and its providers to end with the cancelled job", func() bool {
+		for pid := range tfProcs {
+			if proctest.Alive(pid) {
+				return false
+			}
+		}
+		return true
+	})
 	var lines []string
 	for _, l := range cluster.Logs(t, c, job) {
 		lines = append(lines, l.Text)

@@ -57,6 +57,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "hold-plugin" {
 		holdPlugin()
 	}
+	if len(os.Args) > 2 && os.Args[1] == "own-group" {
+		ownGroup(os.Args[2])
+	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		if testkitDir != "" {
 			os.RemoveAll(testkitDir)

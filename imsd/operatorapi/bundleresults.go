@@ -330,11 +330,11 @@ func (s *Service) importResults(ctx context.Context, install string, file io.Rea
 		sj := store.Job{ID: j.JobID, InstallID: in.ID, ComponentType: j.ComponentType, Operation: j.Operation, Component: j.Component,
 			Config: config, MaxAttempts: 1, Timeout: st.Timeout, CreatedAt: now, CreatedBy: "bundle " + man.ID, Mode: store.Mode(j.Mode)}
 		state := jobStates[r.Outcome]
-		logs := importedLog(r.Log, r.EndedAt)
+		logs, leftOut := importedLog(r.Log, r.EndedAt)
 		// The error is cut as a live agent's result's is.
 		rerr := agentapi.CutUTF8(r.Error, agentapi.MaxLogLineBytes)
 		step := store.OfflineStep{Name: j.Step, Job: sj, Result: store.Result{State: state, ExitCode: int(r.ExitCode), Error: rerr, Outputs: r.Outputs},
-			Logs: logs, Started: r.StartedAt, Ended: r.EndedAt, StepState: store.StepFailed, Msg: rerr}
+			Logs: logs, LeftOut: leftOut, Started: r.StartedAt, Ended: r.EndedAt, StepState: store.StepFailed, Msg: rerr}
 		if state == store.JobSucceeded {
 			step.StepState, step.Msg = store.StepSucceeded, ""
 			if j.Component != "" && j.Operation == workflow.OpApply {
@@ -522,7 +522,9 @@ func checkResultsBundle(keys map[string]ed25519.PublicKey, in store.Install, age
 // (from imsd) says how many. A results file is the agent's (or the
 // customer's, who holds its key) to write: nothing in it makes imsd
 // store more of a job's log than a live agent could send in one batch.
-func importedLog(texts []string, at time.Time) []store.LogLine {
+// It returns how many lines it left out too, which the store counts in
+// byoc_job_log_lines_dropped_total once the step is recorded.
+func importedLog(texts []string, at time.Time) ([]store.LogLine, int64) {
 	cutMark := fmt.Sprintf(" [imsd: line cut, over the %d KiB a log line may have]", agentapi.MaxLogLineBytes>>10)
 	logs := make([]store.LogLine, 0, min(len(texts), agentapi.MaxLogBatch))
 	size, left, leftBytes := 0, 0, 0
@@ -549,7 +551,7 @@ func importedLog(texts []string, at time.Time) []store.LogLine {
 			Text: fmt.Sprintf("[imsd] %d more log lines (%d bytes) of this job were left out: imsd keeps of an imported job's log what a live agent sends in one batch, %d lines and %d MiB",
 				left, leftBytes, agentapi.MaxLogBatch, agentapi.MaxLogBatchBytes>>20)})
 	}
-	return logs
+	return logs, int64(left)
 }
 
 // journalRead is what an import takes from an agent's journal.

@@ -667,11 +667,12 @@ func TestImportResultsLogHeldToBatchLimits(t *testing.T) {
 		kept      int
 		left      string
 		firstLine int
+		leftOut   int64
 	}{
 		{"many lines", slices.Repeat([]string{"line"}, 3*agentapi.MaxLogBatch), agentapi.MaxLogBatch - 1,
-			fmt.Sprintf("[imsd] %d more log lines (%d bytes) of this job were left out", 2*agentapi.MaxLogBatch+1, 4*(2*agentapi.MaxLogBatch+1)), 4},
+			fmt.Sprintf("[imsd] %d more log lines (%d bytes) of this job were left out", 2*agentapi.MaxLogBatch+1, 4*(2*agentapi.MaxLogBatch+1)), 4, 2*agentapi.MaxLogBatch + 1},
 		{"long lines", slices.Repeat([]string{strings.Repeat("é", agentapi.MaxLogLineBytes)}, 100), 63,
-			"[imsd] 37 more log lines (", agentapi.MaxLogLineBytes},
+			"[imsd] 37 more log lines (", agentapi.MaxLogLineBytes, 37},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, st, key, t0 := bundleService(t)
@@ -683,6 +684,15 @@ func TestImportResultsLogHeldToBatchLimits(t *testing.T) {
 			}}, id)[id]
 			if _, err := importResults(s, file); err != nil {
 				t.Fatal(err)
+			}
+			// The lines left out count as dropped (imsd's
+			// byoc_job_log_lines_dropped_total), once: the same file
+			// imported again adds nothing.
+			if n := st.LogLinesDropped(); n != tc.leftOut {
+				t.Fatalf("log lines dropped after the import: %d, want %d", n, tc.leftOut)
+			}
+			if out, err := importResults(s, file); err != nil || !out.AlreadyImported || st.LogLinesDropped() != tc.leftOut {
+				t.Fatalf("imported again: %v, %v; dropped %d, want %d", out, err, st.LogLinesDropped(), tc.leftOut)
 			}
 			jobID := resultsJobID(t, file)
 			logs, err := st.ListLogs(ctx, jobID, 0, 0, 10*agentapi.MaxLogBatch)

@@ -109,3 +109,58 @@ func TestJobLogConfig(t *testing.T) {
 		}
 	}
 }
+
+// The lines left out of an imported results file's job log (held to a
+// live log batch's bounds, operatorapi's importedLog) count in
+// byoc_job_log_lines_dropped_total, with those the job log cap drops
+// from it, once the import is recorded.
+func TestJobLogLinesLeftOutOfAnImportCounted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := New(ctx, Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), JobLogMaxLines: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	st := s.Store()
+	then := time.Now().Add(-time.Hour)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(st.CreateApp(ctx, store.App{ID: "app_1", Name: "shop", CreatedAt: then}))
+	must(st.CreateInstall(ctx, store.Install{ID: "ins_1", AppID: "app_1", Name: "acme", CreatedAt: then},
+		store.EnrollmentToken{Hash: "h1", ExpiresAt: then.Add(time.Hour), CreatedAt: then}))
+	a, err := st.Enroll(ctx, "h1", store.Agent{ID: "agt_1", PublicKey: make([]byte, 32), Hostname: "h", Version: "v"}, then)
+	must(err)
+	var ls []store.LogLine
+	for i := range 3 {
+		ls = append(ls, store.LogLine{Seq: int64(i + 1), Time: then, Stream: 1, Text: fmt.Sprintf("line %d", i+1)})
+	}
+	// What the import records: a job with 3 lines (the cap of 2 drops
+	// one) and 1,500 more left out before the store.
+	must(st.RecordOfflineWorkflow(ctx, store.OfflineWorkflow{
+		Workflow: store.Workflow{ID: "wf_1", InstallID: "ins_1", Kind: "provision", AppRevision: 1, Parallelism: 1, CreatedAt: then, CreatedBy: "bundle b"},
+		Steps:    []store.Step{{Name: "web", Component: "web", ComponentType: "action", Operation: "apply", Config: []byte(`{}`), Timeout: time.Minute}},
+		AgentID:  a.ID,
+		Ran: []store.OfflineStep{{Name: "web", Job: store.Job{ID: "job_1", InstallID: "ins_1", ComponentType: "action", Component: "web", Operation: "apply",
+			Config: []byte(`{}`), MaxAttempts: 1, Timeout: time.Minute, CreatedAt: then, CreatedBy: "bundle b"},
+			Result: store.Result{State: store.JobFailed}, Logs: ls, LeftOut: 1500, Started: then, Ended: then, StepState: store.StepFailed}},
+		State: store.WorkflowFailed, InstallState: store.InstallFailed,
+		Audit: store.AuditEvent{Chain: "ins_1", At: then, Kind: "bundle.results_imported", Actor: "imsd", Subject: "bundle:b"},
+		Now:   then,
+	}))
+	r, err := http.Get("http://" + s.Addr() + "/metrics")
+	must(err)
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if want := "\nbyoc_job_log_lines_dropped_total 1501\n"; !strings.Contains(string(b), want) {
+		t.Errorf("/metrics lacks %q:\n%s", strings.TrimSpace(want), grepLines(string(b), "byoc_job_log"))
+	}
+}

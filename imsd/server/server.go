@@ -580,7 +580,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	s.reg.MustRegister(s.logsPruned.lines, s.logsPruned.jobs,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "byoc_job_log_lines_dropped_total",
-			Help: "Job log lines this imsd acknowledged but did not store: past a job's cap (--job-log-max-lines, --job-log-max-bytes).",
+			Help: "Job log lines this imsd acknowledged but did not store: past a job's cap (--job-log-max-lines, --job-log-max-bytes), and those of an imported results file's job log past a live log batch's bounds (1,000 lines, 4 MiB). Each job's log has a line saying which.",
 		}, func() float64 { return float64(s.store.LogLinesDropped()) }))
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, SigningKey: s.key, SigningKeyFile: SigningKeyPath(cfg.DataDir, cfg.SigningKeyFile), PreviousSigningKeys: s.previous, RegistryURL: cfg.RegistryURL, RegistryTokens: s.tokens, Login: s.login, Telemetry: s.telemetry}, cfg.Now, s.log)

@@ -27,29 +27,37 @@ func (s *Store) RecordOfflineStep(ctx context.Context, workflowID, name string, 
 	if err := requireTime("ended", ended); err != nil {
 		return err
 	}
-	return s.write(ctx, "record offline step", func(tx *txn) error {
-		return s.recordOfflineStep(ctx, tx, workflowID, name, j, config, agentID, r, logs, started, ended, false)
+	var dropped int64
+	err = s.write(ctx, "record offline step", func(tx *txn) (err error) {
+		dropped, err = s.recordOfflineStep(ctx, tx, workflowID, name, j, config, agentID, r, logs, started, ended, false)
+		return err
 	})
+	if err == nil {
+		s.logDropped.Add(dropped)
+	}
+	return err
 }
 
 // recordOfflineStep is RecordOfflineStep's write, in tx. rerun records
 // attempt 2 of a job the agent refused before (recorded so), in its row.
-func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name string, j Job, config string, agentID string, r Result, logs []LogLine, started, ended time.Time, rerun bool) error {
+// It returns how many of logs the job's log cap dropped, for the caller
+// to count (LogLinesDropped) once its transaction has committed.
+func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name string, j Job, config string, agentID string, r Result, logs []LogLine, started, ended time.Time, rerun bool) (int64, error) {
 	res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'running', job_id = ?, attempts = attempts + 1,
 		started_at = ?, ended_at = 0, error = '' WHERE workflow_id = ? AND name = ? AND state = 'pending'`),
 		j.ID, nanos(started), workflowID, name)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		if err == nil {
 			err = errs.E(errs.Conflict, "workflow %s: step %q is not pending", workflowID, name)
 		}
-		return err
+		return 0, err
 	}
 	if err := s.Audit(ctx, tx, AuditEvent{Chain: j.InstallID, At: started, Kind: "step.started", Actor: "imsd", Subject: "workflow:" + workflowID + "/" + name,
 		Data: map[string]string{"job": j.ID, "offline": "true"}}); err != nil {
-		return err
+		return 0, err
 	}
 	attempt := 1
 	if rerun {
@@ -59,16 +67,16 @@ func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name
 		attempt = 2
 		res, err := tx.ExecContext(ctx, s.bind(`UPDATE jobs SET state = 'queued', agent_id = '', config = ?, logs_pruned_at = 0 WHERE id = ? AND state = 'refused'`), config, j.ID)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			if err == nil {
 				err = errs.E(errs.Conflict, "job %s was not refused", j.ID)
 			}
-			return err
+			return 0, err
 		}
 	} else if err := s.insertQueued(ctx, tx, j, config); err != nil {
-		return err
+		return 0, err
 	}
 	var install, typ, op, release string
 	err = tx.QueryRowContext(ctx, s.bind(`UPDATE jobs SET state = ?, agent_id = ?, attempt = ?, fencing_token = ?, started_at = ?, ended_at = ?,
@@ -76,15 +84,16 @@ func (s *Store) recordOfflineStep(ctx context.Context, tx *txn, workflowID, name
 		RETURNING install_id, component_type, operation, release_id`),
 		string(r.State), agentID, attempt, attempt, nanos(started), nanos(ended), r.ExitCode, r.Error, encodeMap(r.Outputs), j.ID).Scan(&install, &typ, &op, &release)
 	if errors.Is(err, sql.ErrNoRows) {
-		return errs.E(errs.Conflict, "job %s is not queued", j.ID)
+		return 0, errs.E(errs.Conflict, "job %s is not queued", j.ID)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if _, err := s.insertLogs(ctx, tx, j.ID, attempt, logs); err != nil {
-		return err
+	dropped, err := s.insertLogs(ctx, tx, j.ID, attempt, logs)
+	if err != nil {
+		return 0, err
 	}
-	return s.finished(ctx, tx, j.ID, Writer{AgentID: agentID, FencingToken: int64(attempt)}, r, "", install, typ, op, release, ended)
+	return dropped, s.finished(ctx, tx, j.ID, Writer{AgentID: agentID, FencingToken: int64(attempt)}, r, "", install, typ, op, release, ended)
 }
 
 // OfflineWorkflow is an offline bundle's workflow as its agent ran it
@@ -122,6 +131,11 @@ type OfflineStep struct {
 	Msg            string
 	Deployed       *InstallComponent
 	Removed        string
+	// LeftOut counts the lines of the step's log left out before it
+	// came here (an imported results file's log is held to a live
+	// batch's bounds): counted with the lines the cap drops
+	// (LogLinesDropped) once the step is recorded.
+	LeftOut int64
 }
 
 // RecordOfflineWorkflow records an offline bundle's workflow whole, in
@@ -141,7 +155,9 @@ func (s *Store) RecordOfflineWorkflow(ctx context.Context, w OfflineWorkflow) er
 		return err
 	}
 	id := w.Workflow.ID
-	return s.write(ctx, "record offline workflow", func(tx *txn) error {
+	var dropped int64
+	err = s.write(ctx, "record offline workflow", func(tx *txn) error {
+		dropped = 0
 		if err := s.insertWorkflow(ctx, tx, w.Workflow); err != nil {
 			return err
 		}
@@ -153,9 +169,11 @@ func (s *Store) RecordOfflineWorkflow(ctx context.Context, w OfflineWorkflow) er
 			return errs.E(errs.Conflict, "install %s has a workflow running or awaiting approval", w.Workflow.InstallID)
 		}
 		for i, r := range w.Ran {
-			if err := s.recordOfflineStep(ctx, tx, id, r.Name, r.Job, configs[i], w.AgentID, r.Result, r.Logs, r.Started, r.Ended, false); err != nil {
+			n, err := s.recordOfflineStep(ctx, tx, id, r.Name, r.Job, configs[i], w.AgentID, r.Result, r.Logs, r.Started, r.Ended, false)
+			if err != nil {
 				return err
 			}
+			dropped += n + r.LeftOut
 			if ok, err := s.finishStep(ctx, tx, id, r.Name, r.Job.ID, r.StepState, r.Msg, r.Deployed, r.Removed, r.Ended); err != nil {
 				return err
 			} else if !ok {
@@ -174,6 +192,10 @@ func (s *Store) RecordOfflineWorkflow(ctx context.Context, w OfflineWorkflow) er
 		}
 		return s.Audit(ctx, tx, w.Audit)
 	})
+	if err == nil {
+		s.logDropped.Add(dropped)
+	}
+	return err
 }
 
 // OfflineRerun is what a later results file of an offline bundle
@@ -212,7 +234,9 @@ func (s *Store) RecordOfflineRerun(ctx context.Context, w OfflineRerun) error {
 		return err
 	}
 	id := w.WorkflowID
-	return s.write(ctx, "record offline rerun", func(tx *txn) error {
+	var dropped int64
+	err = s.write(ctx, "record offline rerun", func(tx *txn) error {
+		dropped = 0
 		wf, err := s.workflowForWrite(ctx, tx, id)
 		if err != nil {
 			return err
@@ -253,9 +277,11 @@ func (s *Store) RecordOfflineRerun(ctx context.Context, w OfflineRerun) error {
 				}
 				return err
 			}
-			if err := s.recordOfflineStep(ctx, tx, id, r.Name, r.Job, configs[i], w.AgentID, r.Result, r.Logs, r.Started, r.Ended, w.Rerun[r.Name]); err != nil {
+			n, err := s.recordOfflineStep(ctx, tx, id, r.Name, r.Job, configs[i], w.AgentID, r.Result, r.Logs, r.Started, r.Ended, w.Rerun[r.Name])
+			if err != nil {
 				return err
 			}
+			dropped += n + r.LeftOut
 			if ok, err := s.finishStep(ctx, tx, id, r.Name, r.Job.ID, r.StepState, r.Msg, r.Deployed, r.Removed, r.Ended); err != nil {
 				return err
 			} else if !ok {
@@ -269,6 +295,10 @@ func (s *Store) RecordOfflineRerun(ctx context.Context, w OfflineRerun) error {
 		}
 		return s.Audit(ctx, tx, w.Audit)
 	})
+	if err == nil {
+		s.logDropped.Add(dropped)
+	}
+	return err
 }
 
 // offlineConfigs checks what an offline workflow's agent ran (its steps,

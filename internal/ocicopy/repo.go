@@ -263,14 +263,7 @@ func Open(ctx context.Context, reg Registry, repository string, creds Credential
 		return nil, fmt.Errorf("repository %q is not valid (lowercase letters, digits, separators . _ - /)", repository)
 	}
 	if reg.IsLayout() {
-		dir := reg.repoPath(repository)
-		r := &Repo{name: "oci:" + dir, reg: reg, dir: dir}
-		// An existing layout is read now, so that a broken one is
-		// reported at once; a missing one is created by the first push.
-		if _, err := r.target(ctx, false); err != nil {
-			return nil, err
-		}
-		return r, nil
+		return openLayout(ctx, reg, reg.repoPath(repository))
 	}
 	full := reg.repoPath(repository)
 	tr := newTransport()
@@ -283,6 +276,26 @@ func Open(ctx context.Context, reg Registry, repository string, creds Credential
 		SkipReferrersGC: true,
 	}
 	return &Repo{name: reg.Host + "/" + full, reg: reg, remote: rr, transport: tr}, nil
+}
+
+// OpenLayout opens the OCI image layout directory dir as a repository,
+// whatever its name: a tool that writes a layout of its own (the helm
+// type's PushChart) writes it as Open's repositories are written, its
+// index.json whole or not at all (layoutindex.go). The directory is
+// created by the first push.
+func OpenLayout(ctx context.Context, dir string) (*Repo, error) {
+	dir = filepath.Clean(dir)
+	return openLayout(ctx, Registry{LayoutRoot: filepath.Dir(dir)}, dir)
+}
+
+func openLayout(ctx context.Context, reg Registry, dir string) (*Repo, error) {
+	r := &Repo{name: "oci:" + dir, reg: reg, dir: dir}
+	// An existing layout is read now, so that a broken one is
+	// reported at once; a missing one is created by the first push.
+	if _, err := r.target(ctx, false); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // authClient is the auth.Client of reg with creds: static credentials,

@@ -75,13 +75,13 @@ func startTime(pid int) (uint64, bool) {
 type Stat struct {
 	// State is the process state: 'R', 'S', 'Z' (zombie), ...
 	State byte
-	// PGID is the process group.
-	PGID int
+	// PGID is the process group, SID the session.
+	PGID, SID int
 	// Start is the start time in clock ticks after boot.
 	Start uint64
 }
 
-// ReadStat reads a process's state, process group and start time from
+// ReadStat reads a process's state, process group, session and start time from
 // /proc/PID/stat; ok is false when there is no such process.
 func ReadStat(pid int) (st Stat, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -90,7 +90,7 @@ func ReadStat(pid int) (st Stat, ok bool) {
 	}
 	// The command name is in parentheses and may hold anything: the
 	// fields after the last ')' are state (field 3) onwards; pgrp is
-	// field 5 and starttime field 22.
+	// field 5, session field 6 and starttime field 22.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return Stat{}, false
@@ -103,9 +103,13 @@ func ReadStat(pid int) (st Stat, ok bool) {
 	if err != nil {
 		return Stat{}, false
 	}
+	sid, err := strconv.Atoi(string(f[3]))
+	if err != nil {
+		return Stat{}, false
+	}
 	start, err := strconv.ParseUint(string(f[19]), 10, 64)
 	if err != nil {
 		return Stat{}, false
 	}
-	return Stat{State: f[0][0], PGID: pg, Start: start}, true
+	return Stat{State: f[0][0], PGID: pg, SID: sid, Start: start}, true
 }

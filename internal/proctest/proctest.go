@@ -138,3 +138,71 @@ func KillAndWaitGone(t testing.TB, helper *exec.Cmd, timeout time.Duration, pids
 		}
 	}
 }
+
+// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
+const prSetChildSubreaper = 36
+
+// NothingLeft makes the test binary a child subreaper for t's test, so
+// that a process the test starts which outlives its parent (a Terraform
+// provider whose terraform was killed) is re-parented to the test binary
+// rather than to init, and fails t at its end if any process descending
+// from the test binary that was not there when NothingLeft was called
+// still runs; it kills those. Tests that call it must not run in
+// parallel with others that start processes.
+func NothingLeft(t *testing.T) {
+	t.Helper()
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", errno)
+	}
+	before := map[int]bool{}
+	for _, pid := range Descendants(os.Getpid()) {
+		before[pid] = true
+	}
+	t.Cleanup(func() {
+		var left []string
+		for _, pid := range Descendants(os.Getpid()) {
+			if before[pid] {
+				continue
+			}
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			left = append(left, fmt.Sprintf("%d (%s)", pid, strings.TrimSpace(string(comm))))
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 0, 0)
+		if len(left) > 0 {
+			t.Errorf("processes the test started outlived it: %s", strings.Join(left, ", "))
+		}
+	})
+}
+
+// Descendants lists the live processes (not zombies) whose chain of
+// parents reaches root.
+func Descendants(root int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	parent := map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !Alive(pid) {
+			continue
+		}
+		if f := stat(pid); len(f) > 1 {
+			parent[pid], _ = strconv.Atoi(f[1])
+		}
+	}
+	var out []int
+	for pid := range parent {
+		for p := parent[pid]; p > 1; p = parent[p] {
+			if p == root {
+				out = append(out, pid)
+				break
+			}
+			if _, ok := parent[p]; !ok {
+				break
+			}
+		}
+	}
+	return out
+}

@@ -228,9 +228,11 @@ func PushChart(ctx context.Context, dir, layoutDir, tag string) (digest.Digest, 
 }
 
 // pushChartLayer stores a chart's config (Chart.yaml as JSON) and layer
-// (its gzipped tar) as PushChart does.
+// (its gzipped tar) as PushChart does. The layout is written as
+// internal/ocicopy writes one, its index.json replaced whole (oras-go's
+// own store rewrites it in place: a crash in between left it torn).
 func pushChartLayer(ctx context.Context, cfg, tgz []byte, layoutDir, tag string) (digest.Digest, error) {
-	store, err := oci.New(layoutDir)
+	store, err := ocicopy.OpenLayout(ctx, layoutDir)
 	if err != nil {
 		return "", err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	"github.com/byoc-dev/byoc/internal/proctest"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/sdk/sdktest"
 	"github.com/byoc-dev/byoc/plugins/terraform"
@@ -440,6 +441,9 @@ func terraformChild(t *testing.T) int {
 // disk (the local lock died with the process) to the end.
 func TestKilledApplyRerun(t *testing.T) {
 	env, _ := setup(t)
+	// Nothing the test starts outlives it: a provider whose terraform
+	// was killed comes back to the test binary, and is found.
+	proctest.NothingLeft(t)
 	p := terraform.New()
 	state := t.TempDir()
 	job := func(n int) sdk.JobContext {
@@ -472,6 +476,13 @@ func TestKilledApplyRerun(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("apply still running a minute after terraform was killed")
+	}
+	// terraform-exec ran terraform in a process group of its own (its
+	// pid), its providers with it: they outlive a terraform killed
+	// outright. In agentd they end with the plugin, whose session's
+	// groups the plugin host kills; here the test ends them.
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(state, ".terraform-running")); err != nil {
 		t.Fatalf("the killed run left no running marker: %v", err)

@@ -29,6 +29,41 @@ const (
 // "postgres") to db. On PostgreSQL it holds an advisory session lock while
 // it runs, so several imsd replicas starting at once migrate exactly once.
 func Apply(ctx context.Context, db *sql.DB, dialect string) error {
+	p, err := provider(db, dialect)
+	if err != nil {
+		return err
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrate %s: %w", dialect, err)
+	}
+	return nil
+}
+
+// MigrateTo migrates db up or down to version, for tests of one
+// migration's step on the data of the version before it (imsd applies
+// every migration, with Apply).
+func MigrateTo(ctx context.Context, db *sql.DB, dialect string, version int64) error {
+	p, err := provider(db, dialect)
+	if err != nil {
+		return err
+	}
+	cur, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", dialect, err)
+	}
+	if cur > version {
+		_, err = p.DownTo(ctx, version)
+	} else {
+		_, err = p.UpTo(ctx, version)
+	}
+	if err != nil {
+		return fmt.Errorf("migrate %s to %d: %w", dialect, version, err)
+	}
+	return nil
+}
+
+// provider is goose's provider of dialect's migrations on db.
+func provider(db *sql.DB, dialect string) (*goose.Provider, error) {
 	var (
 		gd   goose.Dialect
 		opts []goose.ProviderOption
@@ -45,24 +80,21 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 			&goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange})))
 		locker, err := lock.NewPostgresSessionLocker()
 		if err != nil {
-			return fmt.Errorf("migrate: %w", err)
+			return nil, fmt.Errorf("migrate: %w", err)
 		}
 		opts = append(opts, goose.WithSessionLocker(locker))
 	default:
-		return fmt.Errorf("migrate: unknown dialect %q", dialect)
+		return nil, fmt.Errorf("migrate: unknown dialect %q", dialect)
 	}
 	sub, err := fsSub(dialect)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	p, err := goose.NewProvider(gd, db, sub, opts...)
 	if err != nil {
-		return fmt.Errorf("migrate %s: %w", dialect, err)
+		return nil, fmt.Errorf("migrate %s: %w", dialect, err)
 	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrate %s: %w", dialect, err)
-	}
-	return nil
+	return p, nil
 }
 
 // sqliteGoMigrations are SQLite's migrations written in Go.

@@ -131,8 +131,10 @@ func (m *Model) grantBanner() string {
 	}
 	for _, g := range m.bg.grants[in] {
 		if _, mine := m.bg.requests[g.Id]; mine && g.State == "pending" {
-			return fmt.Sprintf(" break-glass %s on %s: waiting for the customer's approval (agentd breakglass approve %s) ",
-				g.Id, m.installName(in), g.Id)
+			// The command first, whole on a narrow terminal, with
+			// --role: agentd requires it where stdin is not a terminal.
+			return fmt.Sprintf(" %s waiting for the customer's approval: agentd breakglass approve %s --role %s ",
+				m.installName(in), g.Id, g.Role)
 		}
 	}
 	return ""

@@ -56,7 +56,9 @@ func TestBreakGlassInTheConsole(t *testing.T) {
 	pending := &imsv1.BreakGlassGrant{Id: "bg_1", InstallId: "ins_acme", InstallName: "acme", Role: "debugger", State: "pending", RequestedBy: "ops"}
 	m.Update(requestedMsg{grant: pending})
 	m.Update(grantsMsg{gen: m.bg.pollGen, install: "ins_acme", me: "ops", grants: []*imsv1.BreakGlassGrant{pending}})
-	mustContain(t, screen(m), "break-glass bg_1 on acme: waiting for the customer's approval")
+	// The customer's command as agentd takes it where stdin is not a
+	// terminal: with the role to grant.
+	mustContain(t, screen(m), " acme waiting for the customer's approval: agentd breakglass approve bg_1 --role debugger")
 
 	m.Update(grantsMsg{gen: m.bg.pollGen, install: "ins_acme", me: "ops", grants: []*imsv1.BreakGlassGrant{liveGrant(90 * time.Second)}})
 	s = screen(m)

@@ -104,7 +104,7 @@ func testOfflineWorkflow(t *testing.T, e *env) {
 		return store.OfflineWorkflow{
 			Workflow: store.Workflow{ID: id, InstallID: ins, Kind: "provision", AppRevision: 4, Parallelism: 1, CreatedAt: at(time.Minute), CreatedBy: "bundle b"},
 			Steps:    planSteps("web", "db"), AgentID: "ag-ow",
-			Ran: []store.OfflineStep{{Name: "web", Job: job(webJob, "web"), Result: res, Logs: lines(1, 1, 2), Started: at(2 * time.Minute), Ended: at(3 * time.Minute),
+			Ran: []store.OfflineStep{{Name: "web", Job: job(webJob, "web"), Result: res, Logs: lines(1, 1, 2), LeftOut: 5, Started: at(2 * time.Minute), Ended: at(3 * time.Minute),
 				StepState: store.StepSucceeded, Deployed: &store.InstallComponent{InstallID: ins, Name: "web", ComponentType: "action", Config: []byte("{}"),
 					AppRevision: 4, WorkflowID: id, JobID: webJob, DeployedAt: at(3 * time.Minute)}}},
 			NotRun: []string{"db"}, NotRunMsg: "not run on the agent",
@@ -132,14 +132,21 @@ func testOfflineWorkflow(t *testing.T, e *env) {
 	comps, err := e.s.InstallComponents(ctx, ins)
 	ok(t, err)
 	equal(t, "components after the refused record", len(comps), 0)
+	equal(t, "log lines dropped by the refused record", e.s.LogLinesDropped(), int64(0))
 
+	// The lines left out before the store (LeftOut) and those its cap
+	// drops count in LogLinesDropped (byoc_job_log_lines_dropped_total)
+	// once the workflow is recorded: 5, and line 2 of 2 past a cap of 1.
+	e.s.SetLogLimits(store.LogLimits{Lines: 1})
 	ok(t, e.s.RecordOfflineWorkflow(ctx, rec("wf-ow-2", "job-ow-web")))
+	e.s.SetLogLimits(store.LogLimits{})
+	equal(t, "log lines dropped", e.s.LogLinesDropped(), int64(6))
 	wf, steps := e.getWorkflow("wf-ow-2")
 	equal(t, "workflow state", wf.State, store.WorkflowFailed)
 	equal(t, "web", steps["web"].State, store.StepSucceeded)
 	equal(t, "db", steps["db"].State, store.StepSkipped)
 	equal(t, "web's job", e.job("job-ow-web").State, store.JobSucceeded)
-	equal(t, "log lines", len(e.logs("job-ow-web")), 2)
+	equal(t, "log lines (one, and the cap's marker)", len(e.logs("job-ow-web")), 2)
 	comps, err = e.s.InstallComponents(ctx, ins)
 	ok(t, err)
 	equal(t, "components", len(comps), 1)
