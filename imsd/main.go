@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string) int {
 	fs.Int64Var(&cfg.JobLogMaxLines, "job-log-max-lines", 0, "keep at most this many `lines` of a job's log, its attempts together; past it lines are dropped and counted on one marker line, and the job runs on (default 100000)")
 	fs.Int64Var(&cfg.JobLogMaxBytes, "job-log-max-bytes", 0, "keep at most this many `bytes` of a job's log, as --job-log-max-lines (default 67108864, 64 MiB)")
 	fs.DurationVar(&cfg.JobLogRetention, "job-log-retention", 0, "remove the log lines of jobs that ended longer ago than this `duration` (e.g. 2160h, 90 days), leaving the jobs, their results and the audit chain; default 0: keep job logs")
+	fs.DurationVar(&cfg.SupportSessionLostAfter, "support-session-lost-after", 0, "a support session whose agent imsd has not heard for this `duration` since, with no end recorded, is ended by imsd (support.session.ended saying the agent was lost); default 15m, longer than a lease and two heartbeats")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	fs.StringVar(&cfg.SSOConfigFile, "sso-config", "", "single sign-on config `file` (TOML: issuer, client_id, scopes, groups_claim, [[group]] name/role/install/app/selector); see docs/operator/operators-and-roles.md")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
