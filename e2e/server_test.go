@@ -11,6 +11,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -62,5 +63,19 @@ func TestHealthReadinessMetrics(t *testing.T) {
 	}
 	if m := get("/metrics"); !strings.Contains(m, "byoc_agents_connected 1") || !strings.Contains(m, "byoc_job_pickup_seconds") {
 		t.Fatalf("/metrics lacks byoc metrics:\n%.2000s", m)
+	}
+}
+
+// imsd --memory-limit sets Go's soft memory limit, says so at start and
+// shows it on /metrics (go_gc_gomemlimit_bytes); auto inside a cgroup
+// with a limit is internal/gomemlimit's TestFromARealCgroup.
+func TestMemoryLimitFlag(t *testing.T) {
+	var out syncbuf.Buffer
+	p := cluster.StartIMSProcess(t, &out, "--memory-limit", "3GiB")
+	if got := metric(t, p.URL(), "go_gc_gomemlimit_bytes"); got != 3<<30 {
+		t.Fatalf("go_gc_gomemlimit_bytes = %v, want %d", got, 3<<30)
+	}
+	if !strings.Contains(out.String(), `msg="memory limit" limit="3GiB (--memory-limit)"`) {
+		t.Fatalf("imsd's log does not say the limit:\n%s", out.String())
 	}
 }

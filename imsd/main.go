@@ -22,6 +22,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/flaghelp"
+	"github.com/byoc-dev/byoc/internal/gomemlimit"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
@@ -70,6 +71,7 @@ func run(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.SupportSessionLostAfter, "support-session-lost-after", 0, "a support session whose agent imsd has not heard for this `duration` since, with no end recorded, is ended by imsd (support.session.ended saying the agent was lost); default 15m, longer than a lease and two heartbeats")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	fs.StringVar(&cfg.SSOConfigFile, "sso-config", "", "single sign-on config `file` (TOML: issuer, client_id, scopes, groups_claim, [[group]] name/role/install/app/selector); see docs/operator/operators-and-roles.md")
+	memLimit := fs.String("memory-limit", "auto", "Go's soft memory `limit`: auto (90% of the cgroup's memory limit when imsd runs under one, as in a container; GOMEMLIMIT, when set, wins), off, or a size as GOMEMLIMIT takes it (2GiB); near it the garbage collector works harder rather than the process outgrowing its container")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
 	agentWire := fs.String("agentwire", "on", "`on`: serve plaintext agent streams with imsd's own small HTTP/2 server; off: with the standard stack, like every other request")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date and the agentd versions this imsd serves (the version-skew window: its own minor version and the "+strconv.Itoa(agentproto.SkewMinors)+" before it; an agentd outside it is refused at its hello, in one line, and asks again only after a long back-off), and exit")
@@ -92,7 +94,17 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "imsd: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	memSetting, err := gomemlimit.Parse(*memLimit)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "imsd: %v\n", err)
+		return 2
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	applied := gomemlimit.ApplySystem(memSetting, os.Getenv)
+	cfg.Logger.Info("memory limit", "limit", applied.String())
+	if applied.Note != "" {
+		cfg.Logger.Warn("memory limit", "note", applied.Note)
+	}
 	srv, err := server.New(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "imsd: %v\n", err)

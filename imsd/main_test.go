@@ -56,3 +56,13 @@ func TestHelpExitsZero(t *testing.T) {
 		t.Errorf("imsd --bogus: exit %d, want 2", got)
 	}
 }
+
+// --memory-limit takes auto, off or a size as GOMEMLIMIT does; anything
+// else is refused before imsd starts.
+func TestMemoryLimitFlagRefusesNonsense(t *testing.T) {
+	for _, v := range []string{"3GB", "lots", "0", "1.5GiB"} {
+		if got := run(context.Background(), []string{"--memory-limit", v, "--data-dir", t.TempDir()}); got != 2 {
+			t.Errorf("--memory-limit %s: exit %d, want 2", v, got)
+		}
+	}
+}

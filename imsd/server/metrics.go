@@ -1,6 +1,7 @@
 package server
 
 import (
+	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,7 +45,10 @@ func newMetrics(reg *prometheus.Registry, hub *dispatch.Hub, panics func() uint6
 			Name: "byoc_agentwire_panics_total",
 			Help: "Panics contained to one connection on the path before authentication: the h2c listener's sniff, agentwire's connection goroutine and the agent stream's handler on it.",
 		}, func() float64 { return float64(panics()) }),
-		collectors.NewGoCollector(),
+		// The default Go metrics, and the soft memory limit imsd set
+		// (--memory-limit): go_gc_gomemlimit_bytes.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/gomemlimit:bytes$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
