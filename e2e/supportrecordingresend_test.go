@@ -137,7 +137,7 @@ func TestSupportRecordingReachesIMSDAcrossKills(t *testing.T) {
 	acme.Stop()
 	ims.Kill()
 	ims.Start()
-	acme = cluster.StartAgent(t, ims.URL(), "", dir, "--session-recordings-to-vendor")
+	cluster.StartAgent(t, ims.URL(), "", dir, "--session-recordings-to-vendor")
 	connected()
 	list := cli.Run(0, "support", "recordings", "acme")
 	if strings.Contains(list, s0.id) {
