@@ -307,6 +307,10 @@ type Agent struct {
 	shells         map[string]*shellSession
 	shellsStarting int
 	shellOut       chan *agentv1.ConnectRequest
+	// recMu is held by the one goroutine sending recordings to imsd;
+	// recKick asks it to look for more (recording.go).
+	recMu   sync.Mutex
+	recKick chan struct{}
 }
 
 // New loads the agent's identity from the state dir, enrolling first if
@@ -357,6 +361,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a := &Agent{
 		shells:      make(map[string]*shellSession),
 		shellOut:    make(chan *agentv1.ConnectRequest, 64),
+		recKick:     make(chan struct{}, 1),
 		cfg:         cfg,
 		client:      agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/"), clientOptions(cfg)...),
 		log:         cfg.Logger,

@@ -173,6 +173,10 @@ func (a *Agent) session(ctx context.Context) error {
 	defer hb.Stop()
 	ss := &sessionState{writes: make(map[uint64]writeRef), beats: make(map[uint64]heartbeatRef), streamGone: streamGone}
 	var flushC <-chan time.Time
+	// The recordings imsd has not confirmed keeping go out on this
+	// stream, after what shellOut holds already (session ends).
+	a.wg.Add(1)
+	go a.sendRecordings(streamGone)
 	if err := a.flush(sst, ss); err != nil {
 		return err
 	}
@@ -415,6 +419,8 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 		}()
 	case *agentv1.ConnectResponse_ShellInput:
 		a.shellInput(msg.ShellInput)
+	case *agentv1.ConnectResponse_RecordingKept:
+		a.recordingKept(msg.RecordingKept)
 	case *agentv1.ConnectResponse_Challenge, *agentv1.ConnectResponse_Welcome:
 		return errors.New("protocol: unexpected challenge or welcome mid-stream")
 	}

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -54,7 +53,9 @@ type ShellConfig struct {
 	Start func(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error)
 	// RecordingsToVendor sends imsd a copy of each session's recording
 	// after it ends (agentd --session-recordings-to-vendor): the
-	// customer's choice, off by default.
+	// customer's choice, off by default. Recorded per session when it
+	// starts (sessionrec.Meta.ToVendor): a session started without it is
+	// never sent, and none is while it is off (recording.go).
 	RecordingsToVendor bool
 }
 
@@ -275,7 +276,7 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen, streamGone 
 		input: make(chan *agentv1.ShellInput, shellInputQueue), credit: int64(m.WindowBytes), creditCh: make(chan struct{}, 1),
 		stop: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{}),
 		meta: sessionrec.Meta{ID: m.SessionId, Operator: m.Operator, Grant: g.ID, Component: m.Component, Command: m.Command,
-			Started: start.UTC(), PID: os.Getpid()}}
+			Started: start.UTC(), PID: os.Getpid(), ToVendor: a.cfg.Shell.RecordingsToVendor}}
 	if err := sessionrec.WriteMeta(dir, s.meta); err != nil {
 		a.log.Warn("write a support session's summary", "session", s.id, "err", err)
 	}
@@ -508,38 +509,9 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 	case <-time.After(5 * time.Second):
 		return
 	}
-	if a.cfg.Shell.RecordingsToVendor && rerr == nil {
-		a.sendRecording(s.id, sum)
+	if s.meta.ToVendor && rerr == nil {
+		a.kickRecordings() // recording.go
 	}
-}
-
-// sendRecording sends imsd a copy of session id's recording, in pieces,
-// as the customer allowed (ShellConfig.RecordingsToVendor).
-func (a *Agent) sendRecording(id, sum string) {
-	f, err := os.Open(sessionrec.CastPath(sessionrec.Dir(a.cfg.StateDir), id))
-	if err != nil {
-		a.log.Warn("send a support session's recording", "session", id, "err", err)
-		return
-	}
-	defer f.Close()
-	buf := make([]byte, agentproto.MaxShellData)
-	var off int64
-	for {
-		n, err := io.ReadFull(f, buf)
-		last := err != nil
-		ev := &agentv1.ShellEvent{SessionId: id, Recording: append([]byte(nil), buf[:n]...), RecordingOffset: off, RecordingLast: last}
-		select {
-		case a.shellOut <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Shell{Shell: ev}}:
-		case <-time.After(30 * time.Second):
-			a.log.Warn("send a support session's recording: the stream is gone", "session", id)
-			return
-		}
-		off += int64(n)
-		if last {
-			break
-		}
-	}
-	a.note("session.recording_sent", "session:"+id, map[string]string{"recording_sha256": sum, "recording_bytes": itoa(off)})
 }
 
 // closeAbandonedSessions ends, in the customer's record, the sessions

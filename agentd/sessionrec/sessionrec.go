@@ -208,6 +208,14 @@ type Meta struct {
 	// audit records it; an ended session not yet reported is reported
 	// when the agent starts.
 	Reported bool `json:"reported,omitempty"`
+	// ToVendor is set when the customer allowed imsd a copy of the
+	// recording when the session started (agentd
+	// --session-recordings-to-vendor); a session without it is never
+	// sent, whatever the setting later.
+	ToVendor bool `json:"to_vendor,omitempty"`
+	// VendorKept is set once imsd confirmed keeping its copy; until then
+	// an allowed recording is sent again on each new stream.
+	VendorKept bool `json:"vendor_kept,omitempty"`
 }
 
 // WriteMeta writes m as dir/ID.json, atomically (0600).

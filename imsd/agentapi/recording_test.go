@@ -118,8 +118,9 @@ func TestSessionRecordingOnlyFromItsStream(t *testing.T) {
 	sendRecording(cs1, "ss_never", []byte("never opened\n"))
 	sendRecording(cs1, "ss_twice", []byte("first\n"))
 	sendRecording(cs1, "ss_twice", []byte("second\n"))
-	cs1.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Shell{Shell: &agentv1.ShellEvent{SessionId: "ss_order", Recording: []byte("b"), RecordingOffset: 1}}}
-	cs1.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Shell{Shell: &agentv1.ShellEvent{SessionId: "ss_order", Recording: []byte("a"), RecordingOffset: 0, RecordingLast: true}}}
+	// (A piece at offset 0 starts the copy again: a gap is out of order.)
+	cs1.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Shell{Shell: &agentv1.ShellEvent{SessionId: "ss_order", Recording: []byte("a"), RecordingOffset: 0}}}
+	cs1.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Shell{Shell: &agentv1.ShellEvent{SessionId: "ss_order", Recording: []byte("c"), RecordingOffset: 2, RecordingLast: true}}}
 	sendRecording(cs1, "ss_big", bytes.Repeat([]byte("x"), MaxSessionRecording+1))
 	good := []byte("{\"version\":2}\n[0.1,\"o\",\"$ \"]\n")
 	sendRecording(cs1, "ss_a", good)

@@ -351,9 +351,9 @@ type conn struct {
 	// auditDirty is set when a result added records since.
 	lastAudit  time.Time
 	auditDirty bool
-	// shells are the support sessions opened through this stream, and
-	// the recordings the agent is sending of them (recording.go).
-	shells map[string]*shellCopy
+	// rec is the support sessions opened through this stream, and the
+	// recordings the agent is sending (recording.go); nil until one is.
+	rec *recordings
 }
 
 // agentState is what a stream keeps of the agent row read at its hello:

@@ -156,6 +156,12 @@ type Config struct {
 	// and audit chain stay. JobLogPruneInterval is how often the pruner
 	// looks for such jobs (default 1m).
 	JobLogRetention, JobLogPruneInterval time.Duration
+	// SupportSessionLostAfter: a support session whose end is not
+	// recorded, and whose agent imsd has not heard for this long, is
+	// ended by imsd with a support.session.ended record saying the agent
+	// was lost (default 15m, or twice a lease and two heartbeats if
+	// longer; it must be longer than those).
+	SupportSessionLostAfter time.Duration
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -240,6 +246,13 @@ func (c *Config) defaults() error {
 	}
 	if c.JobLogPruneInterval <= 0 {
 		c.JobLogPruneInterval = time.Minute
+	}
+	if c.SupportSessionLostAfter == 0 {
+		c.SupportSessionLostAfter = max(15*time.Minute, 2*c.lateAfter())
+	}
+	if c.SupportSessionLostAfter <= c.lateAfter() {
+		return fmt.Errorf("--support-session-lost-after %s must be longer than a lease and two heartbeats (%s): imsd records a connected agent's last heartbeat once per lease",
+			c.SupportSessionLostAfter, c.lateAfter())
 	}
 	return nil
 }
@@ -794,16 +807,25 @@ func (s *Server) Close() {
 // sweep expires leases on a timer and wakes the agents that can take the
 // requeued jobs. About once a minute it also deletes expired enqueue
 // idempotency keys (which already count as unused; this bounds the table)
-// and registry grants an hour past their expiry.
+// and registry grants an hour past their expiry; every quarter of
+// --support-session-lost-after (at most a minute) it ends the support
+// sessions whose agent was lost.
 func (s *Server) sweep(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
-	var keysSwept time.Time
+	var keysSwept, lostSwept time.Time
+	lostEvery := min(time.Minute, max(s.cfg.SweepInterval, s.cfg.SupportSessionLostAfter/4))
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if now := s.cfg.Now(); now.Sub(lostSwept) >= lostEvery {
+			lostSwept = now
+			if _, err := s.agents.CloseLostSupportSessions(ctx, s.cfg.SupportSessionLostAfter); err != nil && ctx.Err() == nil {
+				s.log.Error("end the support sessions of lost agents", "err", err)
+			}
 		}
 		if now := s.cfg.Now(); now.Sub(keysSwept) >= time.Minute {
 			keysSwept = now

@@ -22,6 +22,14 @@ const (
 	MaxShellArgs     = 64
 	MaxShellArgBytes = 4 << 10
 	MaxShellCommand  = 16 << 10
+	// MaxSessionRecording is the largest recording of a session imsd
+	// keeps a copy of (agentd --session-recordings-to-vendor); the agent
+	// sends none larger.
+	MaxSessionRecording = 16 << 20
+	// MaxRecordingsResent is the most recordings the agent sends at a
+	// time that imsd has not confirmed keeping (RecordingKept); imsd
+	// takes twice that on one stream.
+	MaxRecordingsResent = 8
 )
 
 var (

@@ -92,6 +92,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"BreakGlass", testBreakGlass},
 		{"SessionRecordings", testSessionRecordings},
 		{"SupportSessionEndsOnce", testSupportSessionEndsOnce},
+		{"RecordingKeptOnce", testRecordingKeptOnce},
+		{"LostSupportSessions", testLostSupportSessions},
 		{"AuditEvents", testAuditEvents},
 		{"AuditAppendOnly", testAuditAppendOnly},
 		{"AuditTamperEdit", testAuditTamperEdit},

@@ -520,6 +520,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Audit
 	//	*ConnectResponse_UpdateOffer
 	//	*ConnectResponse_UpdateWithdrawal
+	//	*ConnectResponse_RecordingKept
 	//	*ConnectResponse_TelemetryConfig
 	//	*ConnectResponse_ShellOpen
 	//	*ConnectResponse_ShellInput
@@ -657,6 +658,15 @@ func (x *ConnectResponse) GetUpdateWithdrawal() *UpdateWithdrawal {
 	return nil
 }
 
+func (x *ConnectResponse) GetRecordingKept() *RecordingKept {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_RecordingKept); ok {
+			return x.RecordingKept
+		}
+	}
+	return nil
+}
+
 func (x *ConnectResponse) GetTelemetryConfig() *TelemetryConfig {
 	if x != nil {
 		if x, ok := x.Msg.(*ConnectResponse_TelemetryConfig); ok {
@@ -754,6 +764,15 @@ type ConnectResponse_UpdateWithdrawal struct {
 	UpdateWithdrawal *UpdateWithdrawal `protobuf:"bytes,34,opt,name=update_withdrawal,json=updateWithdrawal,proto3,oneof"`
 }
 
+type ConnectResponse_RecordingKept struct {
+	// recording_kept confirms that imsd keeps the vendor's copy of a
+	// support session's recording (ShellEvent.recording): kept now, or
+	// kept before with the same SHA-256. The agent then never sends it
+	// again; until then it sends it whole on each new stream. An older
+	// agentd ignores it.
+	RecordingKept *RecordingKept `protobuf:"bytes,35,opt,name=recording_kept,json=recordingKept,proto3,oneof"`
+}
+
 type ConnectResponse_TelemetryConfig struct {
 	// telemetry_config is what the app declares for telemetry forwarding
 	// (telemetry.toml), sent to an agent whose customer turned telemetry
@@ -806,6 +825,8 @@ func (*ConnectResponse_Audit) isConnectResponse_Msg() {}
 func (*ConnectResponse_UpdateOffer) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_UpdateWithdrawal) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_RecordingKept) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_TelemetryConfig) isConnectResponse_Msg() {}
 
@@ -5048,8 +5069,10 @@ type ShellEvent struct {
 	Ended *ShellEnded `protobuf:"bytes,4,opt,name=ended,proto3" json:"ended,omitempty"`
 	// recording is a piece of the session's recording, after its end, at
 	// recording_offset; recording_last marks the last piece. Sent only
-	// when the customer allows imsd a copy (agentd
-	// --session-recordings-to-vendor; off by default).
+	// when the customer allowed imsd a copy when the session started and
+	// still does (agentd --session-recordings-to-vendor; off by default),
+	// on the stream the session ended on or, until imsd confirms keeping
+	// it (ConnectResponse.recording_kept), whole again on a later stream.
 	Recording       []byte `protobuf:"bytes,5,opt,name=recording,proto3" json:"recording,omitempty"`
 	RecordingOffset int64  `protobuf:"varint,6,opt,name=recording_offset,json=recordingOffset,proto3" json:"recording_offset,omitempty"`
 	RecordingLast   bool   `protobuf:"varint,7,opt,name=recording_last,json=recordingLast,proto3" json:"recording_last,omitempty"`
@@ -5188,6 +5211,60 @@ func (x *ShellOpened) GetGrantExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// RecordingKept says imsd keeps the recording of session session_id,
+// whose SHA-256 (hex) is sha256.
+type RecordingKept struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Sha256        string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordingKept) Reset() {
+	*x = RecordingKept{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordingKept) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordingKept) ProtoMessage() {}
+
+func (x *RecordingKept) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordingKept.ProtoReflect.Descriptor instead.
+func (*RecordingKept) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *RecordingKept) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RecordingKept) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 type ShellEnded struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reason says why it ended: the command exited, the grant was revoked
@@ -5209,7 +5286,7 @@ type ShellEnded struct {
 
 func (x *ShellEnded) Reset() {
 	*x = ShellEnded{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5221,7 +5298,7 @@ func (x *ShellEnded) String() string {
 func (*ShellEnded) ProtoMessage() {}
 
 func (x *ShellEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[59]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5234,7 +5311,7 @@ func (x *ShellEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellEnded.ProtoReflect.Descriptor instead.
 func (*ShellEnded) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ShellEnded) GetReason() string {
@@ -5319,7 +5396,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05shell\x18) \x01(\v2\x19.byoc.agent.v1.ShellEventH\x00R\x05shell\x12B\n" +
 	"\rchannel_hello\x18\x14 \x01(\v2\x1b.byoc.agent.v1.ChannelHelloH\x00R\fchannelHello\x12\x18\n" +
 	"\x06sealed\x18\x15 \x01(\fH\x00R\x06sealedB\x05\n" +
-	"\x03msg\"\xfb\x06\n" +
+	"\x03msg\"\xc2\a\n" +
 	"\x0fConnectResponse\x128\n" +
 	"\tchallenge\x18\x01 \x01(\v2\x18.byoc.agent.v1.ChallengeH\x00R\tchallenge\x122\n" +
 	"\awelcome\x18\x02 \x01(\v2\x16.byoc.agent.v1.WelcomeH\x00R\awelcome\x12>\n" +
@@ -5332,7 +5409,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\arenewed\x18\a \x01(\v2\x1c.byoc.agent.v1.LeasesRenewedH\x00R\arenewed\x123\n" +
 	"\x05audit\x18\x1e \x01(\v2\x1b.byoc.agent.v1.AuditRecordsH\x00R\x05audit\x12?\n" +
 	"\fupdate_offer\x18\x1f \x01(\v2\x1a.byoc.agent.v1.UpdateOfferH\x00R\vupdateOffer\x12N\n" +
-	"\x11update_withdrawal\x18\" \x01(\v2\x1f.byoc.agent.v1.UpdateWithdrawalH\x00R\x10updateWithdrawal\x12K\n" +
+	"\x11update_withdrawal\x18\" \x01(\v2\x1f.byoc.agent.v1.UpdateWithdrawalH\x00R\x10updateWithdrawal\x12E\n" +
+	"\x0erecording_kept\x18# \x01(\v2\x1c.byoc.agent.v1.RecordingKeptH\x00R\rrecordingKept\x12K\n" +
 	"\x10telemetry_config\x18( \x01(\v2\x1e.byoc.agent.v1.TelemetryConfigH\x00R\x0ftelemetryConfig\x129\n" +
 	"\n" +
 	"shell_open\x18  \x01(\v2\x18.byoc.agent.v1.ShellOpenH\x00R\tshellOpen\x12<\n" +
@@ -5705,7 +5783,11 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x0erecording_last\x18\a \x01(\bR\rrecordingLast\"p\n" +
 	"\vShellOpened\x12\x19\n" +
 	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12F\n" +
-	"\x11grant_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fgrantExpireTime\"\xf3\x01\n" +
+	"\x11grant_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fgrantExpireTime\"F\n" +
+	"\rRecordingKept\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"\xf3\x01\n" +
 	"\n" +
 	"ShellEnded\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
@@ -5747,7 +5829,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -5809,15 +5891,16 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*ShellInput)(nil),               // 57: byoc.agent.v1.ShellInput
 	(*ShellEvent)(nil),               // 58: byoc.agent.v1.ShellEvent
 	(*ShellOpened)(nil),              // 59: byoc.agent.v1.ShellOpened
-	(*ShellEnded)(nil),               // 60: byoc.agent.v1.ShellEnded
-	nil,                              // 61: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 62: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 63: byoc.agent.v1.MetricSample.LabelsEntry
-	nil,                              // 64: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 65: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 67: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 68: google.protobuf.Struct
+	(*RecordingKept)(nil),            // 60: byoc.agent.v1.RecordingKept
+	(*ShellEnded)(nil),               // 61: byoc.agent.v1.ShellEnded
+	nil,                              // 62: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 63: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 64: byoc.agent.v1.MetricSample.LabelsEntry
+	nil,                              // 65: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 66: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 68: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 69: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
@@ -5839,85 +5922,86 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	49, // 16: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
 	15, // 17: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
 	16, // 18: byoc.agent.v1.ConnectResponse.update_withdrawal:type_name -> byoc.agent.v1.UpdateWithdrawal
-	22, // 19: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
-	56, // 20: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
-	57, // 21: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
-	3,  // 22: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	7,  // 23: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
-	9,  // 24: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	20, // 25: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	19, // 26: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
-	18, // 27: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
-	17, // 28: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
-	13, // 29: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
-	11, // 30: byoc.agent.v1.Hello.plugins:type_name -> byoc.agent.v1.PluginReport
-	12, // 31: byoc.agent.v1.PluginReport.releases:type_name -> byoc.agent.v1.PluginRelease
-	66, // 32: byoc.agent.v1.PluginRelease.check_time:type_name -> google.protobuf.Timestamp
-	14, // 33: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
-	66, // 34: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
-	61, // 35: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	62, // 36: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	66, // 37: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	21, // 38: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
-	23, // 39: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
-	24, // 40: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
-	26, // 41: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
-	27, // 42: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
-	63, // 43: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
-	66, // 44: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
-	66, // 45: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
-	3,  // 46: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	9,  // 47: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	20, // 48: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	18, // 49: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
-	13, // 50: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
-	11, // 51: byoc.agent.v1.Heartbeat.plugins:type_name -> byoc.agent.v1.PluginReport
-	66, // 52: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	32, // 53: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 54: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	64, // 55: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	37, // 56: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	36, // 57: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	35, // 58: byoc.agent.v1.JobResult.verifications:type_name -> byoc.agent.v1.ArtifactVerification
-	67, // 59: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	67, // 60: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	68, // 61: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	65, // 62: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	40, // 63: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	39, // 64: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	66, // 65: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	46, // 66: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	66, // 67: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	66, // 68: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	66, // 69: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	66, // 70: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	66, // 71: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	46, // 72: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	51, // 73: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	50, // 74: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
-	66, // 75: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	51, // 76: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	66, // 77: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
-	59, // 78: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
-	60, // 79: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
-	66, // 80: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 81: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 82: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	44, // 83: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	47, // 84: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	52, // 85: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	54, // 86: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
-	2,  // 87: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 88: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	45, // 89: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	48, // 90: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	53, // 91: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	55, // 92: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
-	87, // [87:93] is the sub-list for method output_type
-	81, // [81:87] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	60, // 19: byoc.agent.v1.ConnectResponse.recording_kept:type_name -> byoc.agent.v1.RecordingKept
+	22, // 20: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
+	56, // 21: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
+	57, // 22: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
+	3,  // 23: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	7,  // 24: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
+	9,  // 25: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
+	20, // 26: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	19, // 27: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
+	18, // 28: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
+	17, // 29: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
+	13, // 30: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
+	11, // 31: byoc.agent.v1.Hello.plugins:type_name -> byoc.agent.v1.PluginReport
+	12, // 32: byoc.agent.v1.PluginReport.releases:type_name -> byoc.agent.v1.PluginRelease
+	67, // 33: byoc.agent.v1.PluginRelease.check_time:type_name -> google.protobuf.Timestamp
+	14, // 34: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
+	67, // 35: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
+	62, // 36: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	63, // 37: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	67, // 38: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	21, // 39: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
+	23, // 40: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
+	24, // 41: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
+	26, // 42: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
+	27, // 43: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
+	64, // 44: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
+	67, // 45: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	67, // 46: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
+	3,  // 47: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	9,  // 48: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	20, // 49: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	18, // 50: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
+	13, // 51: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
+	11, // 52: byoc.agent.v1.Heartbeat.plugins:type_name -> byoc.agent.v1.PluginReport
+	67, // 53: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	32, // 54: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 55: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	65, // 56: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	37, // 57: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	36, // 58: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	35, // 59: byoc.agent.v1.JobResult.verifications:type_name -> byoc.agent.v1.ArtifactVerification
+	68, // 60: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	68, // 61: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	69, // 62: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	66, // 63: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	40, // 64: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	39, // 65: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	67, // 66: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	46, // 67: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	67, // 68: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	67, // 69: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	67, // 70: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	67, // 71: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	67, // 72: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	46, // 73: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	51, // 74: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	50, // 75: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
+	67, // 76: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	51, // 77: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	67, // 78: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
+	59, // 79: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
+	61, // 80: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
+	67, // 81: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 82: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 83: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	44, // 84: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	47, // 85: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	52, // 86: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	54, // 87: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
+	2,  // 88: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 89: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	45, // 90: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	48, // 91: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	53, // 92: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	55, // 93: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
+	88, // [88:94] is the sub-list for method output_type
+	82, // [82:88] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -5947,6 +6031,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectResponse_Audit)(nil),
 		(*ConnectResponse_UpdateOffer)(nil),
 		(*ConnectResponse_UpdateWithdrawal)(nil),
+		(*ConnectResponse_RecordingKept)(nil),
 		(*ConnectResponse_TelemetryConfig)(nil),
 		(*ConnectResponse_ShellOpen)(nil),
 		(*ConnectResponse_ShellInput)(nil),
@@ -5959,7 +6044,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   65,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
