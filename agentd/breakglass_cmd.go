@@ -38,8 +38,9 @@ ends. imsd (the vendor) can neither make a grant nor extend one.
                            grant a pending request, for the duration asked
                            or the shorter D (e.g. 30m). On a terminal it
                            shows the request and asks you to type its role;
-                           elsewhere --role R is required, and the request
-                           must ask for R (imsd cannot change the role
+                           elsewhere --role R and --for D are required, the
+                           request must ask for R and for D or longer (imsd
+                           cannot change the role or lengthen the grant
                            between what you saw and what you grant).
                            --allow-sessions also lets the holder open
                            interactive support sessions (byoc support
@@ -60,7 +61,7 @@ func breakglassCmd(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	fs.Usage = func() { fmt.Fprint(fs.Output(), breakglassUsage) }
 	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
 	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` (default: the one the agent enrolled with); also $BYOC_IMS_URL")
-	dur := fs.Duration("for", 0, "approve for this `duration` (at most what was asked)")
+	dur := fs.Duration("for", 0, "approve for this `duration` (at most what was asked; required where stdin is not a terminal)")
 	reason := fs.String("reason", "", "why (required to deny)")
 	allowSessions := fs.Bool("allow-sessions", false, "approve: also allow interactive support sessions under the grant")
 	role := fs.String("role", "", "approve: the `role` you grant; the request must ask for it (required where stdin is not a terminal)")
@@ -93,6 +94,12 @@ func breakglassCmd(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	asker := terminalAsker(stdin, stdout)
 	if cmd == "approve" && *role == "" && asker == nil {
 		fmt.Fprintln(stderr, "agentd breakglass approve: --role is required where stdin is not a terminal: name the role you grant (agentd breakglass list shows what each request asks for)")
+		return 2
+	}
+	if cmd == "approve" && *dur == 0 && asker == nil {
+		// As with the role: imsd reports the duration asked, and could
+		// report a longer one than the customer saw in list.
+		fmt.Fprintln(stderr, "agentd breakglass approve: --for is required where stdin is not a terminal: name how long you grant, at most what the request asks (agentd breakglass list shows it)")
 		return 2
 	}
 	if *dur < 0 || (*dur != 0 && cmd != "approve") {
@@ -320,6 +327,9 @@ func (c *bgClient) approve(ctx context.Context, id string, a approval) int {
 	// The vendor's server says what was asked: never more than a grant
 	// may last, whatever it says.
 	if d > permissions.MaxGrant {
+		if a.d != 0 {
+			return c.fail(fmt.Errorf("--for %s is longer than the %s a grant may last", d, permissions.MaxGrant))
+		}
 		return c.fail(fmt.Errorf("break-glass request %s asks for %s, longer than the %s a grant may last; approve it with --for %s or less",
 			id, d, permissions.MaxGrant, permissions.MaxGrant))
 	}

@@ -48,6 +48,7 @@ func TestBreakglassCommand(t *testing.T) {
 		{[]string{"--state-dir", dir, "revoke", "bg_1", "--for", "1m"}, "--for is for approve only"},
 		{[]string{"--state-dir", dir, "deny", "bg_1", "--reason", "x", "--role", "admin"}, "--role is for approve only"},
 		{[]string{"--state-dir", dir, "approve", "bg_1"}, "--role is required where stdin is not a terminal"},
+		{[]string{"--state-dir", dir, "approve", "bg_1", "--role", "admin"}, "--for is required where stdin is not a terminal"},
 		{[]string{"list"}, "--state-dir is required"},
 	} {
 		if out := run(2, c.args...); !strings.Contains(out, c.want) {
@@ -232,7 +233,7 @@ func TestBreakglassApproveCapsTheDuration(t *testing.T) {
 		code := breakglassCmd(context.Background(), append(args, "--state-dir", dir), nil, &out, &errOut, func() time.Time { return now })
 		return code, out.String() + errOut.String()
 	}
-	if code, out := run("approve", "bg_long", "--role", "admin"); code != 1 || !strings.Contains(out, "longer than the 24h0m0s a grant may last") {
+	if code, out := run("approve", "bg_long", "--role", "admin", "--for", "25h"); code != 1 || !strings.Contains(out, "--for 25h0m0s is longer than the 24h0m0s a grant may last") {
 		t.Fatalf("approve of a request for ten years: exit %d\n%s", code, out)
 	}
 	if gs, err := permissions.LoadGrants(dir); err != nil || len(gs.Grants) != 0 || srv.decided != 0 {
@@ -296,7 +297,7 @@ func TestBreakglassApproveGrantsOnlyTheRoleNamed(t *testing.T) {
 		}
 	}
 	// The customer saw "viewer" in list; imsd now says "admin".
-	if code, out := run(nil, "approve", "bg_1", "--role", "viewer"); code != 1 || !strings.Contains(out, `asks for role "admin", not "viewer": nothing was decided`) {
+	if code, out := run(nil, "approve", "bg_1", "--role", "viewer", "--for", "10m"); code != 1 || !strings.Contains(out, `asks for role "admin", not "viewer": nothing was decided`) {
 		t.Fatalf("approve --role viewer of an admin request: exit %d\n%s", code, out)
 	}
 	nothingDecided("approve --role viewer")
@@ -304,6 +305,11 @@ func TestBreakglassApproveGrantsOnlyTheRoleNamed(t *testing.T) {
 		t.Fatalf("approve without --role, stdin not a terminal: exit %d\n%s", code, out)
 	}
 	nothingDecided("approve without --role")
+	// Nor the duration: imsd could report a longer one than list showed.
+	if code, out := run(strings.NewReader("admin\n"), "approve", "bg_1", "--role", "admin"); code != 2 || !strings.Contains(out, "--for is required") {
+		t.Fatalf("approve without --for, stdin not a terminal: exit %d\n%s", code, out)
+	}
+	nothingDecided("approve without --for")
 
 	// On a terminal: the request is shown, a wrong answer cancels.
 	ptmx, tty, err := pty.Open()

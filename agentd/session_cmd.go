@@ -33,7 +33,7 @@ install, as the agent recorded them on the customer's side: each in
 asciicast v2 (DIR/sessions/ID.cast: what the operator typed and saw,
 with timing, replayable with any asciinema player), its SHA-256 in the
 agent's audit journal. A session needs a live break-glass grant approved
-with --allow-sessions (agentd breakglass approve ID --role ROLE
+with --allow-sessions (agentd breakglass approve ID --role ROLE --for D
 --allow-sessions).
 
   list                     every session: id, operator, grant, started,

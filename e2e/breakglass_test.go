@@ -57,7 +57,7 @@ func requestGrant(t *testing.T, cli *cluster.CLI, install string, args ...string
 	t.Helper()
 	out := cli.Run(0, append([]string{"breakglass", "request", install}, args...)...)
 	id := grantIDRE.FindString(out)
-	if id == "" || !strings.Contains(out, "Pending the customer's approval") {
+	if id == "" || !strings.Contains(out, "Pending the customer's approval") || !strings.Contains(out, "agentd breakglass approve "+id+" --role ") || !strings.Contains(out, " --for ") {
 		t.Fatalf("byoc breakglass request:\n%s", out)
 	}
 	return id
@@ -137,7 +137,7 @@ func TestBreakGlassGrantForOneInstallOnly(t *testing.T) {
 	if out, _ := breakglass(t, beta.StateDir, "list"); strings.Contains(out, id) {
 		t.Fatalf("beta's agent lists acme's request:\n%s", out)
 	}
-	if out, code := breakglass(t, beta.StateDir, "approve", id, "--role", "debugger"); code == 0 {
+	if out, code := breakglass(t, beta.StateDir, "approve", id, "--role", "debugger", "--for", "1h"); code == 0 {
 		t.Fatalf("beta's agent approved acme's request:\n%s", out)
 	}
 	out, code := breakglass(t, acme.StateDir, "list")
@@ -145,7 +145,7 @@ func TestBreakGlassGrantForOneInstallOnly(t *testing.T) {
 		t.Fatalf("agentd breakglass list: exit %d\n%s", code, out)
 	}
 	// The customer grants the role it names, and no other.
-	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "admin"); code != 1 || !strings.Contains(out, `asks for role "debugger", not "admin"`) {
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "admin", "--for", "1h"); code != 1 || !strings.Contains(out, `asks for role "debugger", not "admin"`) {
 		t.Fatalf("approve --role admin of a debugger request: exit %d\n%s", code, out)
 	}
 	out, code = breakglass(t, acme.StateDir, "approve", id, "--role", "debugger", "--for", "30m")
@@ -161,7 +161,7 @@ func TestBreakGlassGrantForOneInstallOnly(t *testing.T) {
 		t.Fatalf("byoc breakglass list:\n%s", out)
 	}
 	// A second approval of the same request is refused.
-	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger"); code == 0 || !strings.Contains(out, "approved: only a pending request") {
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger", "--for", "1h"); code == 0 || !strings.Contains(out, "approved: only a pending request") {
 		t.Fatalf("approving twice: exit %d\n%s", code, out)
 	}
 
@@ -193,7 +193,7 @@ func TestBreakGlassPendingRequestExpires(t *testing.T) {
 	if out := cli.Run(0, "breakglass", "list"); !lineWith(out, id, "expired") {
 		t.Fatalf("byoc breakglass list:\n%s", out)
 	}
-	out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger")
+	out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger", "--for", "1h")
 	if code == 0 || !strings.Contains(out, "is expired") {
 		t.Fatalf("approving an expired request: exit %d\n%s", code, out)
 	}
@@ -274,7 +274,7 @@ func TestBreakGlassRevokeMidJob(t *testing.T) {
 	}
 
 	id := requestGrant(t, cli, "acme", "--reason", "INC-7")
-	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger", "--for", "1h"); code != 0 {
 		t.Fatalf("approve: exit %d\n%s", code, out)
 	}
 	mark := marker()
@@ -322,7 +322,7 @@ func TestBreakGlassRevokeMidJobUnderAnotherLiveGrant(t *testing.T) {
 		t.Fatalf("approve %s: exit %d\n%s", other, code, out)
 	}
 	id := requestGrant(t, cli, "acme", "--reason", "INC-9 longer look", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--role", "debugger", "--for", "1h"); code != 0 {
 		t.Fatalf("approve %s: exit %d\n%s", id, code, out)
 	}
 	mark := marker()

@@ -199,7 +199,7 @@ func TestSupportShell(t *testing.T) {
 	}
 	// A grant that does not allow sessions: refused, naming the flag.
 	plain := requestGrant(t, cli, "acme", "--reason", "INC-7 look around", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", plain, "--role", "debugger"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", plain, "--role", "debugger", "--for", "1h"); code != 0 {
 		t.Fatalf("approve: %s", out)
 	}
 	if _, err := openShell(t, c, "acme"); err == nil || !strings.Contains(err.Error(), "--allow-sessions") {
@@ -209,7 +209,7 @@ func TestSupportShell(t *testing.T) {
 		t.Fatalf("revoke: %s", out)
 	}
 	grant := requestGrant(t, cli, "acme", "--reason", "INC-8 pods crash", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--allow-sessions"); code != 0 || !strings.Contains(out, "support sessions allowed") {
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--for", "1h", "--allow-sessions"); code != 0 || !strings.Contains(out, "support sessions allowed") {
 		t.Fatalf("approve --allow-sessions: %d %s", code, out)
 	}
 
@@ -424,7 +424,7 @@ func TestSupportShellTerminal(t *testing.T) {
 	acme = cluster.StartAgent(t, ims.URL(), "", acme.StateDir, "--session-recordings-to-vendor")
 	waitConnected(t, ims, "acme")
 	grant := requestGrant(t, cli, "acme", "--reason", "INC-9", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--allow-sessions"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--for", "1h", "--allow-sessions"); code != 0 {
 		t.Fatalf("approve: %s", out)
 	}
 	// Without a terminal: the command's output, and its exit code.
@@ -502,7 +502,7 @@ func TestConsoleSupportShell(t *testing.T) {
 	skipShort(t)
 	ims, cli, acme, _ := startBreakGlass(t, fast)
 	grant := requestGrant(t, cli, "acme", "--reason", "INC-10", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--allow-sessions"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--for", "1h", "--allow-sessions"); code != 0 {
 		t.Fatalf("approve: %s", out)
 	}
 	term := cluster.StartTerminal(t, 200, 40, []string{"BYOC_CONFIG=" + filepath.Join(t.TempDir(), "config.json")},
@@ -546,7 +546,7 @@ func TestSupportShellAcrossJobsAndAnAgentKill(t *testing.T) {
 	ims, cli, acme, _ := startBreakGlass(t, fast)
 	c := ims.Admin()
 	grant := requestGrant(t, cli, "acme", "--reason", "INC-10", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--allow-sessions"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--for", "1h", "--allow-sessions"); code != 0 {
 		t.Fatalf("approve --allow-sessions: %d %s", code, out)
 	}
 	s, err := openShell(t, c, "acme")
@@ -627,7 +627,7 @@ func TestSupportShellEndsWithItsToken(t *testing.T) {
 	admin := ims.Admin()
 	ctx := context.Background()
 	grant := requestGrant(t, cli, "acme", "--reason", "INC-11", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--allow-sessions"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--for", "1h", "--allow-sessions"); code != 0 {
 		t.Fatalf("approve --allow-sessions: %d %s", code, out)
 	}
 	tok, err := admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: "acme-support", Role: imsv1.Role_ROLE_SUPPORT, Install: "acme"}))

@@ -39,7 +39,7 @@ func startRecordedSessions(t *testing.T, out io.Writer, agentArgs []string, args
 	connected()
 	permissions(t, acme.StateDir, "enable", "break_glass")
 	grant := requestGrant(t, cli, "acme", "--reason", "INC-77", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--allow-sessions"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--for", "1h", "--allow-sessions"); code != 0 {
 		t.Fatalf("approve --allow-sessions: %d %s", code, out)
 	}
 	return ims, cli, acme, connected

@@ -62,7 +62,7 @@ func TestSupportSessionEndAuditedAcrossAnIMSDKill(t *testing.T) {
 	connected()
 	permissions(t, acme.StateDir, "enable", "break_glass")
 	grant := requestGrant(t, cli, "acme", "--reason", "INC-12", "--for", "1h")
-	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--allow-sessions"); code != 0 {
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--role", "debugger", "--for", "1h", "--allow-sessions"); code != 0 {
 		t.Fatalf("approve --allow-sessions: %d %s", code, out)
 	}
 	dir := sessionrec.Dir(acme.StateDir)

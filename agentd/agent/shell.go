@@ -164,7 +164,7 @@ func (a *Agent) sessionGrant() (permissions.Grant, string) {
 	if !ok {
 		live, _ := gs.Live(a.now())
 		return permissions.Grant{}, fmt.Sprintf("refused: support sessions need a live break-glass grant approved with sessions allowed "+
-			"(agentd breakglass approve ID --role ROLE --allow-sessions); grant %s does not allow them", live.ID)
+			"(agentd breakglass approve ID --role ROLE --for D --allow-sessions); grant %s does not allow them", live.ID)
 	}
 	return g, ""
 }

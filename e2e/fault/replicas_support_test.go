@@ -56,7 +56,7 @@ func TestReplicaKilledMidSupportSessionAuditsItsEnd(t *testing.T) {
 		out, _ := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "breakglass", "--state-dir", a.stateDir, "list").CombinedOutput()
 		return bytes.Contains(out, []byte(g.Msg.Grant.Id))
 	})
-	agentd("breakglass", "--state-dir", a.stateDir, "approve", g.Msg.Grant.Id, "--role", "debugger", "--allow-sessions")
+	agentd("breakglass", "--state-dir", a.stateDir, "approve", g.Msg.Grant.Id, "--role", "debugger", "--for", "1h", "--allow-sessions")
 
 	on := w.replicaWithAgent()
 	ctx, cancel := context.WithCancel(context.Background())

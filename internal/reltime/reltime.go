@@ -39,6 +39,27 @@ func Duration(d time.Duration) string {
 	}
 }
 
+// Flag renders d, to the second, as a duration flag takes it back
+// exactly (time.ParseDuration): 30m, 1h30m, 24h, 25s, 1h0m5s is 1h5s.
+func Flag(d time.Duration) string {
+	d = d.Round(time.Second)
+	if d <= 0 {
+		return "0s"
+	}
+	h, m, s := int(d/time.Hour), int(d%time.Hour/time.Minute), int(d%time.Minute/time.Second)
+	out := ""
+	if h > 0 {
+		out += fmt.Sprintf("%dh", h)
+	}
+	if m > 0 {
+		out += fmt.Sprintf("%dm", m)
+	}
+	if s > 0 {
+		out += fmt.Sprintf("%ds", s)
+	}
+	return out
+}
+
 // Since renders t against now: "in 6m54s" for a future t, "2m ago" for a
 // past one, "" for the zero time.
 func Since(now, t time.Time) string {

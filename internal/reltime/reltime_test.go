@@ -42,3 +42,15 @@ func TestSince(t *testing.T) {
 		}
 	}
 }
+
+// Flag's output is a duration flag's input, giving back the same duration.
+func TestFlag(t *testing.T) {
+	for d, want := range map[time.Duration]string{30 * time.Minute: "30m", 90 * time.Minute: "1h30m", 24 * time.Hour: "24h",
+		25 * time.Second: "25s", time.Hour + 5*time.Second: "1h5s", 0: "0s", 1500 * time.Millisecond: "2s"} {
+		got := Flag(d)
+		back, err := time.ParseDuration(got)
+		if got != want || err != nil || back != d.Round(time.Second) {
+			t.Errorf("Flag(%s) = %q (parses back to %s, %v), want %q", d, got, back, err, want)
+		}
+	}
+}

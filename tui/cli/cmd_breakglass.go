@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/byoc-dev/byoc/internal/reltime"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -60,7 +61,8 @@ revoked. byoc breakglass list shows the state.`,
 			g := res.Msg.GetGrant()
 			fmt.Fprintf(a.stdout, "Requested break-glass %s on %s: role %s for %s. Pending the customer's approval until %s.\n",
 				g.GetId(), g.GetInstallName(), g.GetRole(), dur, g.GetRequestExpireTime().AsTime().Local().Format(time.RFC3339))
-			fmt.Fprintf(a.stdout, "The customer approves it in their account with: agentd breakglass approve %s --role %s\n", g.GetId(), g.GetRole())
+			fmt.Fprintf(a.stdout, "The customer approves it in their account with: agentd breakglass approve %s --role %s --for %s\n",
+				g.GetId(), g.GetRole(), reltime.Flag(time.Duration(g.GetDurationSeconds())*time.Second))
 			return nil
 		},
 	}

@@ -25,7 +25,7 @@ starts on the customer's side, in the sandbox vendor code runs in, with
 only the break-glass role's credentials. It travels over the agent's own
 outbound stream (no inbound port, no new connection). The agent refuses
 it unless a break-glass grant the customer approved with sessions
-allowed (agentd breakglass approve ID --role ROLE --allow-sessions) is live, and ends
+allowed (agentd breakglass approve ID --role ROLE --for D --allow-sessions) is live, and ends
 it when the grant expires or is revoked, or when the customer kills it.
 The customer's agent records it (input, output, timing; asciicast v2)
 and imsd audits its start and end with the recording's SHA-256.

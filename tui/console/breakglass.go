@@ -11,6 +11,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/internal/reltime"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -132,9 +133,10 @@ func (m *Model) grantBanner() string {
 	for _, g := range m.bg.grants[in] {
 		if _, mine := m.bg.requests[g.Id]; mine && g.State == "pending" {
 			// The command first, whole on a narrow terminal, with
-			// --role: agentd requires it where stdin is not a terminal.
-			return fmt.Sprintf(" %s waiting for the customer's approval: agentd breakglass approve %s --role %s ",
-				m.installName(in), g.Id, g.Role)
+			// --role and --for: agentd requires them where stdin is not a
+			// terminal.
+			return fmt.Sprintf(" %s waiting for the customer's approval: agentd breakglass approve %s --role %s --for %s ",
+				m.installName(in), g.Id, g.Role, reltime.Flag(time.Duration(g.DurationSeconds)*time.Second))
 		}
 	}
 	return ""

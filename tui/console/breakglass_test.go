@@ -53,12 +53,12 @@ func TestBreakGlassInTheConsole(t *testing.T) {
 	if m.bg.role != "debugger" || m.bg.reason != "INC-42" || m.mode != inputNone {
 		t.Fatalf("request fields: %+v", m.bg)
 	}
-	pending := &imsv1.BreakGlassGrant{Id: "bg_1", InstallId: "ins_acme", InstallName: "acme", Role: "debugger", State: "pending", RequestedBy: "ops"}
+	pending := &imsv1.BreakGlassGrant{Id: "bg_1", InstallId: "ins_acme", InstallName: "acme", Role: "debugger", State: "pending", RequestedBy: "ops", DurationSeconds: 1800}
 	m.Update(requestedMsg{grant: pending})
 	m.Update(grantsMsg{gen: m.bg.pollGen, install: "ins_acme", me: "ops", grants: []*imsv1.BreakGlassGrant{pending}})
 	// The customer's command as agentd takes it where stdin is not a
-	// terminal: with the role to grant.
-	mustContain(t, screen(m), " acme waiting for the customer's approval: agentd breakglass approve bg_1 --role debugger")
+	// terminal: with the role to grant and for how long, whole.
+	mustContain(t, screen(m), " acme waiting for the customer's approval: agentd breakglass approve bg_1 --role debugger --for 30m ")
 
 	m.Update(grantsMsg{gen: m.bg.pollGen, install: "ins_acme", me: "ops", grants: []*imsv1.BreakGlassGrant{liveGrant(90 * time.Second)}})
 	s = screen(m)
