@@ -11,6 +11,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,6 +131,35 @@ type env struct {
 }
 
 func (e *env) ctx() context.Context { return e.t.Context() }
+
+// racing runs write from 8 goroutines at once, half on e.s and half on a
+// second store on the same database (a second replica), and returns how
+// many said they wrote: the test of a write that must happen once across
+// replicas. An error fails the test.
+func (e *env) racing(write func(s *store.Store, second bool) (bool, error)) int {
+	e.t.Helper()
+	var n atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		s := e.s
+		if i%2 == 1 {
+			s = e.second()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wrote, err := write(s, i%2 == 1)
+			if err != nil {
+				e.t.Error(err)
+			}
+			if wrote {
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(n.Load())
+}
 
 // second opens another store on the same database, closed at the end.
 func (e *env) second() *store.Store {

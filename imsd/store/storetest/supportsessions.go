@@ -1,8 +1,6 @@
 package storetest
 
 import (
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,27 +28,10 @@ func testRecordingKeptOnce(t *testing.T, e *env) {
 		return store.SessionRecording{SessionID: id, InstallID: acme, AgentID: agent, SHA256: sum, Data: []byte(data), At: at(time.Minute)}
 	}
 	start("ss_1")
-	var kept atomic.Int32
-	var wg sync.WaitGroup
-	for i := range 8 {
-		s := e.s
-		if i%2 == 1 {
-			s = e.second()
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k, err := s.KeepSessionRecording(ctx, rec("ss_1", "ag-1", "sum-1", "one"), false)
-			if err != nil {
-				t.Error(err)
-			}
-			if k {
-				kept.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	equal(t, "copies of ss_1 kept", int(kept.Load()), 1)
+	kept := e.racing(func(s *store.Store, _ bool) (bool, error) {
+		return s.KeepSessionRecording(ctx, rec("ss_1", "ag-1", "sum-1", "one"), false)
+	})
+	equal(t, "copies of ss_1 kept", kept, 1)
 	k, err := e.second().KeepSessionRecording(ctx, rec("ss_1", "ag-1", "sum-1", "one"), false)
 	ok(t, err)
 	equal(t, "ss_1 kept again", k, false)
@@ -142,27 +123,10 @@ func testLostSupportSessions(t *testing.T, e *env) {
 	ok(t, err)
 	equal(t, "ss_reported ended again as lost", wrote, false)
 
-	var n atomic.Int32
-	var wg sync.WaitGroup
-	for i := range 8 {
-		s := e.s
-		if i%2 == 1 {
-			s = e.second()
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wrote, err := s.EndLostSupportSession(ctx, "ss_lost", cutoff, ev("ss_lost", "imsd"))
-			if err != nil {
-				t.Error(err)
-			}
-			if wrote {
-				n.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	equal(t, "ends written of ss_lost", int(n.Load()), 1)
+	n := e.racing(func(s *store.Store, _ bool) (bool, error) {
+		return s.EndLostSupportSession(ctx, "ss_lost", cutoff, ev("ss_lost", "imsd"))
+	})
+	equal(t, "ends written of ss_lost", n, 1)
 	wrote, err = e.second().EndSupportSession(ctx, "ss_lost", "ag-gone", ev("ss_lost", "agent:ag-gone"))
 	ok(t, err)
 	equal(t, "the agent's late report of ss_lost written", wrote, false)
